@@ -1,0 +1,31 @@
+// The route classifier: a pure function from (method, path) to the lane that
+// owns the request and the route template used in metrics and validation.
+import type { TSchema } from 'typebox'
+import { AuthorizationRequest, ScreeningRequest, TaxQuoteRequest } from '../shared/api-schemas.ts'
+import type { LaneName } from '../shared/lanes.ts'
+
+export interface RouteSpec {
+  readonly method: 'GET' | 'POST'
+  /** Fastify route template, also the metric label. */
+  readonly url: string
+  readonly lane: LaneName
+  readonly body?: TSchema
+}
+
+export const ROUTES: readonly RouteSpec[] = Object.freeze([
+  { method: 'POST', url: '/v1/authorizations', lane: 'card-auth', body: AuthorizationRequest },
+  { method: 'GET', url: '/v1/authorizations/:id', lane: 'card-auth' },
+  { method: 'POST', url: '/v1/fraud/screenings', lane: 'fraud', body: ScreeningRequest },
+  { method: 'GET', url: '/v1/fraud/screenings/:id', lane: 'fraud' },
+  { method: 'POST', url: '/v1/tax/quotes', lane: 'tax', body: TaxQuoteRequest },
+  { method: 'GET', url: '/v1/tax/quotes/:id', lane: 'tax' },
+] satisfies RouteSpec[])
+
+const compiled = ROUTES.map(r => ({ r, re: new RegExp('^' + r.url.replace(/:[a-z]+/g, '[^/]+') + '/?$') }))
+
+/** The lane and route for a request, or undefined when no lane owns it. */
+export function classify (method: string, path: string): RouteSpec | undefined {
+  const p = path.split('?')[0] ?? ''
+  for (const { r, re } of compiled) if (r.method === method && re.test(p)) return r
+  return undefined
+}

@@ -1,0 +1,36 @@
+import { Type } from 'typebox'
+import { loadConfig } from '../shared/config.ts'
+import { loggerOptions } from '../shared/http-app.ts'
+import { LANE_NAMES, laneLimits, type LaneLimits, type LaneName } from '../shared/lanes.ts'
+import { buildApp } from './app.ts'
+import { fileKeySource } from './auth.ts'
+
+const cfg = loadConfig(Type.Object({
+  GATEWAY_PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 8080 }),
+  GATEWAY_HOST: Type.String({ default: '0.0.0.0' }),
+  API_KEYS_FILE: Type.String({ default: '.data/api-keys.json' }),
+  CARD_AUTH_URL: Type.String({ default: 'http://127.0.0.1:8101', pattern: '^https?://' }),
+  FRAUD_URL: Type.String({ default: 'http://127.0.0.1:8102', pattern: '^https?://' }),
+  TAX_URL: Type.String({ default: 'http://127.0.0.1:8103', pattern: '^https?://' }),
+}), process.env)
+
+const limits = Object.fromEntries(LANE_NAMES.map(n => [n, laneLimits(n)])) as Record<LaneName, LaneLimits>
+const keys = fileKeySource(cfg.API_KEYS_FILE)
+const { app } = await buildApp({
+  limits,
+  laneUrls: { 'card-auth': cfg.CARD_AUTH_URL, fraud: cfg.FRAUD_URL, tax: cfg.TAX_URL },
+  keys,
+  logger: loggerOptions(),
+})
+await app.listen({ port: cfg.GATEWAY_PORT, host: cfg.GATEWAY_HOST })
+let closing = false
+const stop = (): void => {
+  if (closing) return
+  closing = true
+  setTimeout(() => process.exit(1), 15_000).unref()
+  keys.close()
+  app.close().then(() => process.exit(0), () => process.exit(1))
+}
+process.on('SIGTERM', stop)
+process.on('SIGINT', stop)
+if (process.send) process.on('disconnect', () => process.kill(process.pid, 'SIGTERM'))

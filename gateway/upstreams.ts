@@ -1,0 +1,45 @@
+// One undici Pool per lane, built from the lane table, each with its own
+// in-flight cap. A lane that is down or hung can pile up at most its cap here,
+// and only its own routes fail (ERR_LANE_UNAVAILABLE); other lanes' pools and
+// sockets are untouched.
+import { Pool } from 'undici'
+import { LANE_NAMES, type LaneLimits, type LaneName } from '../shared/lanes.ts'
+
+export interface Upstream {
+  readonly lane: LaneName
+  readonly url: string
+  readonly cap: number
+  readonly timeoutMs: number
+  readonly pool: Pool
+  inflight: number
+}
+
+export function createUpstreams (limits: Record<LaneName, LaneLimits>, urls: Record<LaneName, string>): Record<LaneName, Upstream> {
+  const out = {} as Record<LaneName, Upstream>
+  for (const lane of LANE_NAMES) {
+    const l = limits[lane]
+    // The lane cuts its own work at its deadline; the gateway waits a little longer
+    // so the lane's 504 (not a gateway timeout) reaches the client.
+    const timeoutMs = l.deadlineMs + 1_000
+    out[lane] = {
+      lane,
+      url: urls[lane],
+      cap: l.gateway.inflightCap,
+      timeoutMs,
+      inflight: 0,
+      pool: new Pool(urls[lane], {
+        connections: l.gateway.inflightCap,
+        pipelining: 1,
+        connectTimeout: 1_000,
+        headersTimeout: timeoutMs,
+        bodyTimeout: timeoutMs,
+        keepAliveTimeout: 4_000,
+      }),
+    }
+  }
+  return out
+}
+
+export async function closeUpstreams (ups: Record<LaneName, Upstream>): Promise<void> {
+  await Promise.all(Object.values(ups).map(u => u.pool.close().catch(() => u.pool.destroy())))
+}

@@ -1,0 +1,43 @@
+// Card authorization: a hold on the card account's available funds, exactly once
+// per (client, Idempotency-Key). All of it is one SQL function call in one
+// transaction (shared/db/migrations/0002_card-auth.sql), so the lane holds no
+// transaction open across anything but its own SQL.
+import crypto from 'node:crypto'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import { AuthorizationRequest, IdParams } from '../../shared/api-schemas.ts'
+import { AppError } from '../../shared/errors.ts'
+import type { LaneKit } from '../../shared/lane-kit/build-lane-app.ts'
+import { clientIdOf, fingerprint, idempotencyKeyOf, replay } from '../../shared/lane-kit/request-context.ts'
+import type { LaneRejectReason } from '../../shared/metrics.ts'
+
+function saturated (reason: LaneRejectReason): never {
+  throw new AppError('ERR_CARD_AUTH_SATURATED', {
+    detail: reason === 'queue_timeout' ? 'waited past the queue budget for a permit' : 'all permits busy and the queue is full',
+    headers: { 'ratelimit-policy': '"card-auth";q=1;w=1', ratelimit: '"card-auth";r=0;t=1' },
+    extensions: { 'violated-policies': ['card-auth'] },
+  })
+}
+
+export function cardAuthRoutes (app: FastifyInstance, kit: LaneKit): void {
+  app.post('/v1/authorizations', { schema: { body: AuthorizationRequest } }, kit.admitted(async (req: FastifyRequest, exec) => {
+    const client = clientIdOf(req)
+    const key = idempotencyKeyOf(req)
+    const body = req.body as AuthorizationRequest
+    const fp = fingerprint(body)
+    const { rows } = await exec.db.query<{ id: string, fingerprint: string, response: unknown, replayed: boolean }>(
+      'select * from card_auth.authorize($1, $2, $3, $4, $5, $6, $7, $8)',
+      [crypto.randomUUID(), client, key, fp, body.merchantId, body.cardToken, body.amount.value, body.amount.currency],
+    )
+    const row = rows[0]!
+    if (row.replayed) return replay({ fingerprint: row.fingerprint, response: row.response, status: 201 }, fp)
+    return { status: 201, body: row.response, headers: { location: `/v1/authorizations/${row.id}` } }
+  }, saturated))
+
+  app.get('/v1/authorizations/:id', { schema: { params: IdParams } }, kit.admitted(async (req: FastifyRequest, exec) => {
+    const client = clientIdOf(req)
+    const { id } = req.params as { id: string }
+    const { rows } = await exec.db.query<{ response: unknown }>('select response from card_auth.authorizations where id = $1 and client_id = $2', [id, client])
+    if (!rows[0]) throw new AppError('ERR_NOT_FOUND', { detail: `no authorization ${id}` })
+    return { status: 200, body: rows[0].response }
+  }, saturated))
+}

@@ -1,0 +1,4 @@
+import { runLane } from '../../shared/lane-kit/lane-main.ts'
+import { buildApp } from './app.ts'
+
+await runLane('fraud', buildApp)

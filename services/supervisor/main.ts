@@ -1,0 +1,112 @@
+// `npm start`: the whole fleet on one machine. Embedded PostgreSQL (unless
+// DATABASE_URL), migrations and lane roles, demo data and a local API key, then
+// every process as its own child, restarted with backoff if it dies; on
+// SIGINT/SIGTERM the gateway drains first, then the lanes, then PostgreSQL.
+import fs from 'node:fs'
+import path from 'node:path'
+import pg from 'pg'
+import { Type } from 'typebox'
+import { loadConfig } from '../../shared/config.ts'
+import { bootstrapDatabase, localSecrets } from '../../shared/db/bootstrap.ts'
+import { LANE_NAMES, envPrefix, laneLimits } from '../../shared/lanes.ts'
+import { createKey, hashKey, readKeyFile } from '../../gateway/api-keys.ts'
+import { seedDemoCards } from '../card-auth/seed.ts'
+import { SupervisedChild, waitHealthy, type ChildSpec } from './child.ts'
+
+const cfg = loadConfig(Type.Object({
+  DATA_DIR: Type.String({ default: '.data' }),
+  DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })),
+  PG_PORT: Type.Integer({ default: 54329, minimum: 1, maximum: 65535 }),
+  PG_DATABASE: Type.String({ default: 'watertight', pattern: '^[a-z_][a-z0-9_]*$' }),
+  GATEWAY_PORT: Type.Integer({ default: 8080, minimum: 1, maximum: 65535 }),
+  DECK_PORT: Type.Integer({ default: 9090, minimum: 1, maximum: 65535 }),
+  TAX_SANDBOX_PORT: Type.Integer({ default: 8190, minimum: 1, maximum: 65535 }),
+  QUIET: Type.Boolean({ default: false }),
+}), process.env)
+
+const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../..')
+const dataDir = path.resolve(cfg.DATA_DIR)
+const say = (m: string): void => { process.stdout.write(`[supervisor] ${m}\n`) }
+const childLog = (name: string, line: string): void => {
+  if (cfg.QUIET && name !== 'supervisor') return
+  process.stdout.write(`[${name}] ${line}\n`)
+}
+
+const secrets = localSecrets(dataDir)
+const db = await bootstrapDatabase({ dataDir, port: cfg.PG_PORT, database: cfg.PG_DATABASE, secrets, databaseUrl: cfg.DATABASE_URL, log: say })
+const admin = new pg.Client({ connectionString: db.superUrl })
+await admin.connect()
+const demoCards = await seedDemoCards(admin)
+await admin.end()
+
+// The local API key: kept in credentials.json (0600) and reused while it is live.
+const keysFile = path.join(dataDir, 'api-keys.json')
+const credsFile = path.join(dataDir, 'credentials.json')
+let apiKey: string | undefined
+try { apiKey = (JSON.parse(fs.readFileSync(credsFile, 'utf8')) as { apiKey?: string }).apiKey } catch { /* first run */ }
+const live = new Set(readKeyFile(keysFile).keys.filter(k => !k.revokedAt).map(k => k.hash))
+if (!apiKey || !live.has(hashKey(apiKey))) apiKey = createKey(keysFile, 'local-demo')
+
+const sandboxUrl = `http://127.0.0.1:${cfg.TAX_SANDBOX_PORT}`
+const laneUrl = Object.fromEntries(LANE_NAMES.map(n => { const l = laneLimits(n); return [n, `http://${l.host}:${l.port}`] }))
+const gatewayUrl = `http://127.0.0.1:${cfg.GATEWAY_PORT}`
+const specs: ChildSpec[] = [
+  { name: 'tax-sandbox', script: 'services/tax-sandbox/main.ts', env: { TAX_SANDBOX_PORT: String(cfg.TAX_SANDBOX_PORT) }, healthUrl: `${sandboxUrl}/health/live` },
+  ...LANE_NAMES.map(n => {
+    const l = laneLimits(n)
+    return { name: n, script: `services/${n}/main.ts`, env: { DATABASE_URL: db.roleUrl(l.db.role), TAX_PROVIDER_URL: sandboxUrl, [`${envPrefix(n)}PORT`]: String(l.port) }, healthUrl: `${laneUrl[n]}/health/live` }
+  }),
+  {
+    name: 'gateway', script: 'gateway/main.ts',
+    env: { GATEWAY_PORT: String(cfg.GATEWAY_PORT), API_KEYS_FILE: keysFile, CARD_AUTH_URL: laneUrl['card-auth']!, FRAUD_URL: laneUrl.fraud!, TAX_URL: laneUrl.tax! },
+    healthUrl: `${gatewayUrl}/health/live`,
+  },
+]
+const children = specs.map(s => new SupervisedChild({ ...s, script: path.join(root, s.script) }, childLog))
+
+let stopping = false
+async function shutdown (signal: string): Promise<void> {
+  if (stopping) return
+  stopping = true
+  say(`${signal}: draining the gateway, then the lanes, then PostgreSQL`)
+  const byName = (n: string) => children.filter(c => c.spec.name === n)
+  await Promise.all(byName('gateway').map(c => c.stop()))
+  await Promise.all(children.filter(c => c.spec.name !== 'gateway').map(c => c.stop()))
+  await db.embedded?.stop()
+  say('stopped')
+  process.exit(0)
+}
+process.on('SIGINT', () => { void shutdown('SIGINT') })
+process.on('SIGTERM', () => { void shutdown('SIGTERM') })
+
+for (const c of children) c.start()
+try {
+  await Promise.all(children.map(c => waitHealthy(c.spec.healthUrl, 60_000)))
+} catch (err) {
+  say(`fleet did not come up: ${(err as Error).message}`)
+  await shutdown('startup failure')
+}
+
+const creds = {
+  gatewayUrl,
+  deckUrl: `http://127.0.0.1:${cfg.DECK_PORT}`,
+  apiKey,
+  adminToken: secrets.adminToken,
+  databaseUrl: db.superUrl,
+  demoCards: demoCards.filter(c => c.status === 'active').map(c => ({ token: c.token, currency: c.currency, available: c.available })),
+}
+fs.writeFileSync(credsFile, JSON.stringify(creds, null, 2), { mode: 0o600 })
+fs.chmodSync(credsFile, 0o600)
+const card = creds.demoCards[0]!
+say(`fleet is up (pids: ${children.map(c => `${c.spec.name}=${c.pid}`).join(' ')})
+  gateway      ${gatewayUrl}
+  deck         ${creds.deckUrl}   (admin token: ${secrets.adminToken})
+  API key      ${apiKey}
+  demo cards   ${creds.demoCards.slice(0, 2).map(c => c.token).join(', ')}
+  credentials  ${credsFile}
+  try:
+    curl -s -X POST ${gatewayUrl}/v1/authorizations \\
+      -H "Authorization: Bearer ${apiKey}" -H "Idempotency-Key: demo-$(date +%s)" \\
+      -H "Content-Type: application/json" \\
+      -d '{"merchantId":"m_demo","cardToken":"${card.token}","amount":{"value":1250,"currency":"${card.currency}"}}'
+  Ctrl-C stops everything.`)

@@ -1,0 +1,58 @@
+// The tax sandbox: a stand-in for the third-party tax API, with fault injection
+// (latency, jitter, error rate, hang, connection reset) settable at runtime.
+// It is not a lane: it plays the slow dependency of INC-4491.
+import type { FastifyServerOptions } from 'fastify'
+import { Type, type Static } from 'typebox'
+import { TaxQuoteRequest } from '../../shared/api-schemas.ts'
+import { createHttpApp } from '../../shared/http-app.ts'
+import { AppError } from '../../shared/errors.ts'
+import { rateFor } from './rates.ts'
+
+export const Faults = Type.Object({
+  latencyMs: Type.Integer({ minimum: 0, maximum: 600_000, default: 0 }),
+  jitterMs: Type.Integer({ minimum: 0, maximum: 600_000, default: 0 }),
+  errorRate: Type.Number({ minimum: 0, maximum: 1, default: 0 }),
+  mode: Type.String({ enum: ['normal', 'hang', 'reset'], default: 'normal' }),
+}, { additionalProperties: false })
+export type Faults = Static<typeof Faults>
+
+const NORMAL: Faults = Object.freeze({ latencyMs: 0, jitterMs: 0, errorRate: 0, mode: 'normal' })
+
+export function buildApp (opts: { logger?: FastifyServerOptions['logger'], random?: () => number } = {}) {
+  // A hung answer must not hold the sandbox open at shutdown.
+  const app = createHttpApp({ logger: opts.logger, forceCloseConnections: true })
+  const random = opts.random ?? Math.random
+  let faults: Faults = { ...NORMAL }
+  const pending = new Set<() => void>()
+
+  app.get('/health/live', async () => ({ status: 'ok' }))
+  app.get('/faults', async () => faults)
+  app.put('/faults', { schema: { body: Faults } }, async req => {
+    faults = { ...NORMAL, ...(req.body as Faults) }
+    app.log.warn({ faults }, 'faults changed')
+    return faults
+  })
+  app.delete('/faults', async () => { faults = { ...NORMAL }; return faults })
+
+  app.post('/v1/rates/quote', { schema: { body: TaxQuoteRequest } }, async (req, reply) => {
+    const f = faults
+    if (f.mode === 'reset') { req.raw.socket.destroy(); return reply.hijack() }
+    if (f.mode === 'hang') return new Promise(() => {}) // never answers; the client's deadline must cut it
+    const delay = f.latencyMs + (f.jitterMs > 0 ? Math.floor(random() * f.jitterMs) : 0)
+    if (delay > 0) {
+      await new Promise<void>(resolve => {
+        const t = setTimeout(() => { pending.delete(wake); resolve() }, delay)
+        const wake = (): void => { clearTimeout(t); resolve() }
+        pending.add(wake)
+      })
+    }
+    if (f.errorRate > 0 && random() < f.errorRate) { reply.code(500); return { error: 'injected provider error' } }
+    const body = req.body as { jurisdiction: string, amount: { value: number, currency: string } }
+    const r = rateFor(body.jurisdiction)
+    if (!r) throw new AppError('ERR_UNKNOWN_JURISDICTION', { detail: `unknown jurisdiction ${body.jurisdiction}` })
+    return { jurisdiction: r.jurisdiction, rate: r.rate, tax: Math.round(body.amount.value * r.rate) }
+  })
+  // Slow answers in flight must not keep the process alive at shutdown.
+  app.addHook('onClose', async () => { for (const wake of pending) wake() })
+  return app
+}

@@ -1,0 +1,15 @@
+import { Type } from 'typebox'
+import { loadConfig } from '../../shared/config.ts'
+import { loggerOptions } from '../../shared/http-app.ts'
+import { buildApp } from './app.ts'
+
+const cfg = loadConfig(Type.Object({
+  TAX_SANDBOX_PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 8190 }),
+  TAX_SANDBOX_HOST: Type.String({ default: '127.0.0.1' }),
+}), process.env)
+const app = buildApp({ logger: loggerOptions() })
+await app.listen({ port: cfg.TAX_SANDBOX_PORT, host: cfg.TAX_SANDBOX_HOST })
+const stop = (): void => { app.close().then(() => process.exit(0), () => process.exit(1)) }
+process.on('SIGTERM', stop)
+process.on('SIGINT', stop)
+if (process.send) process.on('disconnect', () => process.kill(process.pid, 'SIGTERM'))

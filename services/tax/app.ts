@@ -1,0 +1,21 @@
+import type { FastifyServerOptions } from 'fastify'
+import type { LaneLimits } from '../../shared/lanes.ts'
+import { buildLaneApp } from '../../shared/lane-kit/build-lane-app.ts'
+import { createUpstreamPool } from '../../shared/lane-kit/http.ts'
+import { taxRoutes } from './routes.ts'
+
+export interface TaxConfig {
+  limits: LaneLimits
+  databaseUrl: string
+  providerUrl: string
+  /** Well under the 10 s hard cap: see README "Tax quote deadline". */
+  quoteDeadlineMs: number
+  logger?: FastifyServerOptions['logger']
+}
+
+export async function buildApp (cfg: TaxConfig) {
+  const provider = createUpstreamPool(cfg.providerUrl, cfg.limits, { timeoutMs: cfg.quoteDeadlineMs })
+  const built = await buildLaneApp({ ...cfg, routes: taxRoutes({ provider, quoteDeadlineMs: cfg.quoteDeadlineMs }) })
+  built.app.addHook('onClose', async () => { await provider.destroy() })
+  return built
+}

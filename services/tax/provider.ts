@@ -1,0 +1,37 @@
+// Client of the third-party tax provider (the sandbox by default). Every call
+// carries an AbortSignal that fires at the quote deadline or when the execution
+// is aborted, so a slow provider can hold neither a permit nor a socket past it.
+import type { Pool } from 'undici'
+import { AppError } from '../../shared/errors.ts'
+
+export interface ProviderQuote { jurisdiction: string, rate: number, tax: number }
+
+export type ProviderFailure = 'deadline' | 'error' | 'unknown_jurisdiction'
+
+export class ProviderError extends Error {
+  readonly kind: ProviderFailure
+  constructor (kind: ProviderFailure, message: string) { super(message); this.name = 'ProviderError'; this.kind = kind }
+}
+
+export async function quoteFromProvider (pool: Pool, body: { jurisdiction: string, amount: { value: number, currency: string } }, opts: { deadlineMs: number, signal: AbortSignal }): Promise<ProviderQuote> {
+  const deadline = AbortSignal.timeout(opts.deadlineMs)
+  const signal = AbortSignal.any([deadline, opts.signal])
+  try {
+    const res = await pool.request({ method: 'POST', path: '/v1/rates/quote', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal })
+    const json = await res.body.json() as Record<string, unknown>
+    if (res.statusCode === 422 || json.code === 'ERR_UNKNOWN_JURISDICTION') throw new ProviderError('unknown_jurisdiction', String(json.detail ?? 'unknown jurisdiction'))
+    if (res.statusCode !== 200) throw new ProviderError('error', `provider answered ${res.statusCode}`)
+    if (typeof json.rate !== 'number' || !(json.rate >= 0 && json.rate < 1)) throw new ProviderError('error', 'provider answered without a valid rate')
+    return { jurisdiction: String(json.jurisdiction), rate: json.rate, tax: Number(json.tax) }
+  } catch (err) {
+    if (err instanceof ProviderError) throw err
+    if (opts.signal.aborted) throw opts.signal.reason
+    if (deadline.aborted) throw new ProviderError('deadline', `provider missed the ${opts.deadlineMs} ms quote deadline`)
+    throw new ProviderError('error', (err as Error).message)
+  }
+}
+
+export function providerFailure (err: ProviderError): AppError {
+  if (err.kind === 'unknown_jurisdiction') return new AppError('ERR_UNKNOWN_JURISDICTION', { detail: err.message })
+  return new AppError('ERR_TAX_PROVIDER_FAILED', { detail: err.message })
+}

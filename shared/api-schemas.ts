@@ -1,0 +1,44 @@
+// Data-plane request schemas, shared by the gateway (validation at the edge) and
+// the lanes (defence in depth). Strict: unknown fields are refused.
+import { Type, type Static } from 'typebox'
+
+// ISO 4217 codes as the runtime's ICU knows them.
+export const CURRENCIES: readonly string[] = Object.freeze(Intl.supportedValuesOf('currency'))
+
+export const MAX_AMOUNT = 10_000_000_000 // 100 million in a 2-decimal currency
+
+export const Money = Type.Object({
+  value: Type.Integer({ minimum: 1, maximum: MAX_AMOUNT }),
+  currency: Type.String({ enum: [...CURRENCIES] }),
+}, { additionalProperties: false })
+
+export const CardToken = Type.String({ pattern: '^tok_[A-Za-z0-9_]{4,60}$' })
+export const MerchantId = Type.String({ pattern: '^[A-Za-z0-9_-]{1,64}$' })
+export const Country = Type.String({ pattern: '^[A-Z]{2}$' })
+// ISO 3166-1 alpha-2, or ISO 3166-2 subdivision (US-TX, CA-QC).
+export const Jurisdiction = Type.String({ pattern: '^[A-Z]{2}(-[A-Z0-9]{1,3})?$' })
+export const Uuid = Type.String({ format: 'uuid', pattern: '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' })
+
+export const AuthorizationRequest = Type.Object({
+  merchantId: MerchantId,
+  cardToken: CardToken,
+  amount: Money,
+}, { additionalProperties: false })
+export type AuthorizationRequest = Static<typeof AuthorizationRequest>
+
+export const ScreeningRequest = Type.Object({
+  cardToken: CardToken,
+  amount: Money,
+  merchantId: MerchantId,
+  ipCountry: Type.Optional(Country),
+  billingCountry: Type.Optional(Country),
+}, { additionalProperties: false })
+export type ScreeningRequest = Static<typeof ScreeningRequest>
+
+export const TaxQuoteRequest = Type.Object({
+  jurisdiction: Jurisdiction,
+  amount: Money,
+}, { additionalProperties: false })
+export type TaxQuoteRequest = Static<typeof TaxQuoteRequest>
+
+export const IdParams = Type.Object({ id: Uuid }, { additionalProperties: false })

@@ -1,0 +1,20 @@
+// Runs the embedded PostgreSQL server in its own process group, so a Ctrl-C in
+// the terminal reaches only the supervisor, which stops the lanes first and this
+// server last. It also stops the server when its parent dies (IPC disconnect),
+// so a killed supervisor leaves no PostgreSQL behind.
+import { startEmbedded } from './embedded.ts'
+
+const opts = JSON.parse(process.env.WT_EMBEDDED_OPTS ?? '{}') as { dataDir: string, port: number, password: string }
+let stop: () => Promise<void> = async () => {}
+const quit = (): void => { stop().finally(() => process.exit(0)) }
+process.on('SIGTERM', quit)
+process.on('SIGINT', () => {})
+process.on('disconnect', quit)
+try {
+  const server = await startEmbedded({ ...opts, log: line => { if (/FATAL|PANIC|ERROR/.test(line)) process.stderr.write(line) } })
+  stop = () => server.stop()
+  process.send?.({ ready: true })
+} catch (err) {
+  process.send?.({ error: (err as Error).message })
+  process.exit(1)
+}

@@ -1,0 +1,33 @@
+// One pg.Pool per lane process, connecting as the lane's own role. Its max is
+// this replica's share of the role's fleet-wide CONNECTION LIMIT (lanes.ts).
+import pg from 'pg'
+import type { LaneLimits } from '../lanes.ts'
+
+export interface PoolCounts { total: number, idle: number, waiting: number, max: number }
+
+export function createLanePool (limits: LaneLimits, databaseUrl: string, log: { error: (o: object, m: string) => void }): pg.Pool {
+  const pool = new pg.Pool({
+    connectionString: databaseUrl,
+    max: limits.db.poolMax,
+    // A request never waits for a connection longer than its own deadline.
+    connectionTimeoutMillis: limits.deadlineMs,
+    idleTimeoutMillis: 30_000,
+    application_name: `watertight-${limits.lane}`,
+    statement_timeout: limits.db.statementTimeoutMs,
+  })
+  // An idle client's error (server restart, network) is surfaced, never swallowed;
+  // without a listener it would crash the process.
+  pool.on('error', err => log.error({ err }, 'idle pg client error'))
+  return pool
+}
+
+export function poolCounts (pool: pg.Pool): PoolCounts {
+  return { total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount, max: (pool.options as { max: number }).max }
+}
+
+/** Fails start-up when the pool does not connect as the role the lane table names (ADV-FD-01 at runtime). */
+export async function assertRole (pool: pg.Pool, role: string): Promise<void> {
+  const { rows } = await pool.query<{ current_user: string }>('select current_user')
+  const got = rows[0]?.current_user
+  if (got !== role) throw new Error(`ERR_SHARED_FAILURE_DOMAIN_DETECTED: pool connects as ${String(got)}, expected ${role}`)
+}

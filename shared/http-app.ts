@@ -1,0 +1,46 @@
+// The Fastify options every process shares: request ids, strict JSON schemas
+// (no coercion, unknown fields rejected by the schemas), problem+json errors,
+// and logs that never carry bodies or credentials.
+import crypto from 'node:crypto'
+import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
+import { installProblemHandlers } from './problem.ts'
+
+export interface HttpAppOptions {
+  logger?: FastifyServerOptions['logger']
+  bodyLimit?: number
+  /** Close in-flight connections on close() instead of waiting for them. */
+  forceCloseConnections?: boolean
+}
+
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
+
+export function createHttpApp (opts: HttpAppOptions = {}): FastifyInstance {
+  const app = Fastify({
+    logger: opts.logger ?? false,
+    bodyLimit: opts.bodyLimit ?? 16 * 1024,
+    // A client-sent X-Request-Id is kept when it is well-formed, else a new one is made.
+    genReqId: req => {
+      const given = req.headers['x-request-id']
+      return typeof given === 'string' && REQUEST_ID.test(given) ? given : crypto.randomUUID()
+    },
+    requestIdLogLabel: 'requestId',
+    return503OnClosing: true,
+    forceCloseConnections: opts.forceCloseConnections ?? 'idle',
+    ajv: { customOptions: { coerceTypes: false, removeAdditional: false, allErrors: false, useDefaults: true } },
+  })
+  app.addHook('onSend', async (req, reply) => { reply.header('x-request-id', req.id) })
+  installProblemHandlers(app)
+  return app
+}
+
+/** Logger settings for a process: JSON to stdout, no request bodies, no secrets. */
+export function loggerOptions (level = process.env.LOG_LEVEL ?? 'info'): FastifyServerOptions['logger'] {
+  return {
+    level,
+    redact: { paths: ['req.headers.authorization', 'req.headers["x-admin-token"]', 'headers.authorization'], censor: '[redacted]' },
+    serializers: {
+      // Only the path, never the query string: a client could put anything there.
+      req: (req: { method: string, url: string, id: string }) => ({ method: req.method, path: req.url.split('?')[0], id: req.id }),
+    },
+  }
+}

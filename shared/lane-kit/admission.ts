@@ -1,0 +1,76 @@
+// Admission around a lane route: take a permit (or be rejected at once), run the
+// work under a hard deadline with an AbortSignal, and give the permit back
+// exactly once, whatever ends the work.
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type pg from 'pg'
+import { BulkheadRejected, type Bulkhead } from '../bulkhead.ts'
+import { AppError, isAppError } from '../errors.ts'
+import type { LaneMetrics, LaneRejectReason } from '../metrics.ts'
+import { executionDb, type Execution } from './execution.ts'
+
+export interface LaneResult {
+  status: number
+  body: unknown
+  headers?: Record<string, string>
+}
+
+export type LaneHandler = (req: FastifyRequest, exec: Execution) => Promise<LaneResult>
+/** Decides what a rejected arrival gets: 429, a compensated answer, a 202, ... */
+export type RejectHandler = (reason: LaneRejectReason, req: FastifyRequest) => Promise<LaneResult> | LaneResult
+
+export interface AdmissionDeps {
+  bulkhead: Bulkhead
+  metrics: LaneMetrics
+  pool: pg.Pool
+  deadlineMs: number
+}
+
+export function admitted (deps: AdmissionDeps, handler: LaneHandler, onReject: RejectHandler) {
+  return async function admittedHandler (req: FastifyRequest, reply: FastifyReply): Promise<unknown> {
+    const gone = new AbortController()
+    // ServerResponse 'close' fires on completion too; only a close before the end is a disconnect.
+    const onClose = (): void => { if (!reply.raw.writableFinished) gone.abort(new Error('client disconnected')) }
+    reply.raw.on('close', onClose)
+    let permit
+    try {
+      permit = await deps.bulkhead.acquire(gone.signal)
+    } catch (err) {
+      reply.raw.off('close', onClose)
+      if (!(err instanceof BulkheadRejected)) throw err
+      if (err.reason === 'aborted') return reply.hijack()
+      deps.metrics.rejection(err.reason)
+      return send(reply, await onReject(err.reason, req))
+    }
+    deps.metrics.permitWait(permit.waitedMs / 1000)
+
+    const ac = new AbortController()
+    const abort = (reason: unknown): void => { if (!ac.signal.aborted) ac.abort(reason) }
+    gone.signal.addEventListener('abort', () => abort(gone.signal.reason), { once: true })
+    const deadline = setTimeout(() => abort(new AppError('ERR_DEADLINE_EXCEEDED', { detail: `execution exceeded ${deps.deadlineMs} ms` })), deps.deadlineMs)
+    const stopped = new Promise<never>((_resolve, reject) => ac.signal.addEventListener('abort', () => reject(ac.signal.reason), { once: true }))
+    stopped.catch(() => {})
+    try {
+      const exec: Execution = { signal: ac.signal, db: executionDb(deps.pool, ac.signal) }
+      const result = await Promise.race([handler(req, exec), stopped])
+      return send(reply, result)
+    } catch (err) {
+      if (ac.signal.aborted && isAppError(ac.signal.reason) && ac.signal.reason.code === 'ERR_DEADLINE_EXCEEDED') {
+        deps.metrics.rejection('deadline')
+        throw ac.signal.reason
+      }
+      if (gone.signal.aborted) return reply.hijack()
+      throw err
+    } finally {
+      clearTimeout(deadline)
+      // The permit comes back now even if the work ignores the signal and runs on.
+      permit.release()
+      abort(new Error('execution finished'))
+      reply.raw.off('close', onClose)
+    }
+  }
+}
+
+function send (reply: FastifyReply, r: LaneResult): FastifyReply {
+  if (r.headers) for (const [k, v] of Object.entries(r.headers)) reply.header(k, v)
+  return reply.code(r.status).send(r.body)
+}

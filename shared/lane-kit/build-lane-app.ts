@@ -1,0 +1,73 @@
+// The lane kit: one function builds a lane's Fastify app from its frozen limits.
+// Admission bulkhead, lane state, deadline, pool, under-pressure, health, status
+// and metrics are all derived from `limits`; the lane adds only its routes.
+import type { FastifyInstance, FastifyServerOptions } from 'fastify'
+import type pg from 'pg'
+import type client from 'prom-client'
+import { Bulkhead } from '../bulkhead.ts'
+import { LaneState, type LaneStateName } from '../lane-state.ts'
+import type { LaneLimits } from '../lanes.ts'
+import { createLanePool } from '../db/pool.ts'
+import { createRegistry, laneMetrics, type LaneMetrics } from '../metrics.ts'
+import { createHttpApp } from '../http-app.ts'
+import { admitted, type LaneHandler, type RejectHandler } from './admission.ts'
+import { registerPressure } from './pressure.ts'
+import { registerOpsRoutes } from './ops-routes.ts'
+
+export interface LaneKit {
+  readonly limits: LaneLimits
+  readonly pool: pg.Pool
+  readonly bulkhead: Bulkhead
+  readonly state: LaneState
+  readonly metrics: LaneMetrics
+  readonly registry: client.Registry
+  /** Wrap a route handler in the lane's admission bulkhead and deadline. */
+  admitted (handler: LaneHandler, onReject: RejectHandler): ReturnType<typeof admitted>
+}
+
+export interface BuildLaneOptions {
+  limits: LaneLimits
+  databaseUrl: string
+  logger?: FastifyServerOptions['logger']
+  /** The lane's own routes. */
+  routes: (app: FastifyInstance, kit: LaneKit) => void | Promise<void>
+  /** How often the DB health check runs (ms). */
+  healthCheckIntervalMs?: number
+}
+
+export async function buildLaneApp (opts: BuildLaneOptions): Promise<{ app: FastifyInstance, kit: LaneKit }> {
+  const { limits } = opts
+  const app = createHttpApp({ logger: opts.logger })
+  const pool = createLanePool(limits, opts.databaseUrl, app.log)
+  const state = new LaneState({
+    permits: limits.permits,
+    queueCapacity: limits.queue,
+    ...limits.state,
+    onTransition: (from: LaneStateName, to: LaneStateName) => app.log.warn({ lane: limits.lane, from, to }, 'lane state changed'),
+  })
+  const bulkhead = new Bulkhead({ permits: limits.permits, queue: limits.queue, queueWaitMs: limits.queueWaitMs, onChange: (a, q) => state.observe(a, q) })
+  const stateTimer = setInterval(() => state.tick(), 250)
+  stateTimer.unref()
+  const registry = createRegistry(limits.lane)
+  const metrics = laneMetrics(registry, {
+    lane: limits.lane, permits: limits.permits, queueCapacity: limits.queue,
+    active: () => bulkhead.active, queued: () => bulkhead.queued, state: () => state.state, pool,
+  })
+  const kit: LaneKit = {
+    limits, pool, bulkhead, state, metrics, registry,
+    admitted: (handler, onReject) => admitted({ bulkhead, metrics, pool, deadlineMs: limits.deadlineMs }, handler, onReject),
+  }
+
+  app.addHook('onResponse', async (req, reply) => {
+    metrics.requestDuration.observe({ lane: limits.lane, route: req.routeOptions.url ?? 'unmatched', status_code: String(reply.statusCode) }, reply.elapsedTime / 1000)
+  })
+  app.addHook('onClose', async () => {
+    clearInterval(stateTimer)
+    await pool.end()
+  })
+
+  const dbHealth = await registerPressure(app, kit, opts.healthCheckIntervalMs ?? 2_000)
+  registerOpsRoutes(app, kit, dbHealth)
+  await opts.routes(app, kit)
+  return { app, kit }
+}

@@ -1,0 +1,42 @@
+// Health, status and metrics routes of a lane. They bypass admission and
+// under-pressure shedding: a load balancer must see the truth under load.
+import type { FastifyInstance } from 'fastify'
+import { poolCounts } from '../db/pool.ts'
+import type { LaneKit } from './build-lane-app.ts'
+import type { DbHealth } from './pressure.ts'
+
+const ops = { config: { pressureHandler: () => undefined } }
+
+export function laneStatus (kit: LaneKit) {
+  return {
+    lane: kit.limits.lane,
+    priority: kit.limits.priority,
+    state: kit.state.state,
+    permits: kit.limits.permits,
+    active: kit.bulkhead.active,
+    queue: { depth: kit.bulkhead.queued, capacity: kit.limits.queue, waitBudgetMs: kit.limits.queueWaitMs },
+    deadlineMs: kit.limits.deadlineMs,
+    pool: poolCounts(kit.pool),
+    db: { role: kit.limits.db.role, roleConnectionLimit: kit.limits.db.roleConnectionLimit, replicas: kit.limits.db.replicas },
+    rejections: kit.metrics.rejections(),
+    pid: process.pid,
+  }
+}
+
+export function registerOpsRoutes (app: FastifyInstance, kit: LaneKit, db: DbHealth): void {
+  app.get('/health/live', ops, async () => ({ status: 'ok' }))
+  // Ready fails when the DB is unreachable or the process is under pressure;
+  // saturation is reported, not failed (a saturated lane still answers fast).
+  app.get('/health/ready', ops, async (_req, reply) => {
+    const pressure = app.isUnderPressure()
+    const dbOk = db.ok()
+    const ready = dbOk && !pressure
+    if (!ready) reply.code(503).header('retry-after', '5')
+    return { status: ready ? 'ready' : 'unready', lane: kit.limits.lane, state: kit.state.state, db: dbOk ? 'ok' : (db.lastError() ?? 'unreachable'), underPressure: pressure }
+  })
+  app.get('/status', ops, async () => laneStatus(kit))
+  app.get('/metrics', ops, async (_req, reply) => {
+    reply.type(kit.registry.contentType)
+    return kit.registry.metrics()
+  })
+}

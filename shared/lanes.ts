@@ -1,0 +1,134 @@
+// The lane table: every limit of every lane, declared once. The admission
+// bulkhead, the pg pool, the DB role's CONNECTION LIMIT, under-pressure, the
+// gateway's per-lane cap and the metric labels are all derived from it.
+// Defaults are BULKHEAD-PAY-001's numbers; each can be overridden by env with
+// the lane's prefix (CARD_AUTH_PERMITS, TAX_QUEUE, FRAUD_POOL_MAX, ...).
+import { Type, type Static } from 'typebox'
+import { loadConfig } from './config.ts'
+
+export const LANE_NAMES = ['card-auth', 'fraud', 'tax'] as const
+export type LaneName = typeof LANE_NAMES[number]
+
+export interface LaneDefaults {
+  readonly priority: 'P0' | 'P1' | 'P2'
+  readonly permits: number
+  readonly queue: number
+  /** How long a queued request may wait for a permit before it is rejected. */
+  readonly queueWaitMs: number
+  /** Fleet-wide connection budget: the role's CONNECTION LIMIT. */
+  readonly poolMax: number
+  readonly role: string
+  readonly schema: string
+  readonly port: number
+}
+
+export const LANE_DEFAULTS: Readonly<Record<LaneName, LaneDefaults>> = Object.freeze({
+  // 50 ms of queue wait keeps a queued card authorization inside the 120 ms p99 SLA.
+  'card-auth': { priority: 'P0', permits: 75, queue: 10, queueWaitMs: 50, poolMax: 40, role: 'card_auth_ds', schema: 'card_auth', port: 8101 },
+  fraud: { priority: 'P1', permits: 30, queue: 5, queueWaitMs: 100, poolMax: 15, role: 'fraud_ds', schema: 'fraud', port: 8102 },
+  // INV-BH-02: the tax lane never queues.
+  tax: { priority: 'P2', permits: 15, queue: 0, queueWaitMs: 0, poolMax: 5, role: 'tax_ds', schema: 'tax', port: 8103 },
+})
+
+/** The queue worker's role owns only the queue schema. */
+export const JOBS_ROLE = Object.freeze({ role: 'jobs_ds', schema: 'jobs', poolMax: 10 })
+
+export function envPrefix (lane: string): string {
+  return lane.toUpperCase().replaceAll('-', '_') + '_'
+}
+
+function laneSchema (d: LaneDefaults) {
+  const int = (def: number, min = 0, max = 100_000) => Type.Integer({ default: def, minimum: min, maximum: max })
+  const num = (def: number, min: number, max: number) => Type.Number({ default: def, minimum: min, maximum: max })
+  return Type.Object({
+    PERMITS: int(d.permits, 1, 10_000),
+    QUEUE: int(d.queue, 0, 10_000),
+    QUEUE_WAIT_MS: int(d.queueWaitMs, 0, 60_000),
+    DEADLINE_MS: int(10_000, 10, 600_000),
+    POOL_MAX: int(d.poolMax, 1, 1_000),
+    REPLICAS: int(1, 1, 1_000),
+    STATEMENT_TIMEOUT_MS: int(5_000, 1, 600_000),
+    IDLE_IN_TX_TIMEOUT_MS: int(10_000, 1, 600_000),
+    STATE_SATURATED_EXIT_BELOW: num(0.8, 0.01, 1),
+    STATE_RECOVER_BELOW: num(0.6, 0.01, 1),
+    STATE_RECOVER_WINDOW_MS: int(10_000, 0, 3_600_000),
+    PRESSURE_MAX_EVENT_LOOP_DELAY_MS: int(1_000, 0, 600_000),
+    PRESSURE_MAX_EVENT_LOOP_UTILIZATION: num(0.98, 0, 1),
+    PRESSURE_MAX_HEAP_BYTES: int(1_536 * 1024 * 1024, 0, 2 ** 48),
+    PRESSURE_MAX_RSS_BYTES: int(2_048 * 1024 * 1024, 0, 2 ** 48),
+    PORT: int(d.port, 0, 65_535),
+    HOST: Type.String({ default: '127.0.0.1' }),
+    ROLE_PREFIX: Type.String({ default: '', pattern: '^[a-z0-9_]*$', maxLength: 30 }),
+  })
+}
+
+export interface LaneLimits {
+  readonly lane: LaneName
+  readonly priority: LaneDefaults['priority']
+  readonly permits: number
+  readonly queue: number
+  readonly queueWaitMs: number
+  readonly deadlineMs: number
+  readonly db: {
+    readonly role: string
+    readonly schema: string
+    /** The role's CONNECTION LIMIT, shared by every replica of the lane. */
+    readonly roleConnectionLimit: number
+    readonly replicas: number
+    /** This replica's share of the role's limit. */
+    readonly poolMax: number
+    readonly statementTimeoutMs: number
+    readonly idleInTxTimeoutMs: number
+  }
+  readonly state: { readonly saturatedExitBelow: number, readonly recoverBelow: number, readonly recoverWindowMs: number }
+  readonly pressure: { readonly maxEventLoopDelayMs: number, readonly maxEventLoopUtilization: number, readonly maxHeapUsedBytes: number, readonly maxRssBytes: number }
+  readonly gateway: { readonly inflightCap: number }
+  readonly port: number
+  readonly host: string
+}
+
+/** Headroom so the lane's own fast answers (429, compensation, 202) still pass the gateway cap. */
+export function gatewayCap (permits: number, queue: number): number {
+  return 2 * (permits + queue) + 10
+}
+
+export function laneLimits (lane: LaneName, env: Record<string, string | undefined> = process.env): LaneLimits {
+  const d = LANE_DEFAULTS[lane]
+  const prefix = envPrefix(lane)
+  const scoped: Record<string, string | undefined> = {}
+  for (const [k, v] of Object.entries(env)) if (k.startsWith(prefix)) scoped[k.slice(prefix.length)] = v
+  if (env.ROLE_PREFIX !== undefined && scoped.ROLE_PREFIX === undefined) scoped.ROLE_PREFIX = env.ROLE_PREFIX
+  const c: Static<ReturnType<typeof laneSchema>> = loadConfig(laneSchema(d), scoped)
+  return Object.freeze({
+    lane,
+    priority: d.priority,
+    permits: c.PERMITS,
+    queue: c.QUEUE,
+    queueWaitMs: c.QUEUE_WAIT_MS,
+    deadlineMs: c.DEADLINE_MS,
+    db: Object.freeze({
+      role: c.ROLE_PREFIX + d.role,
+      schema: d.schema,
+      roleConnectionLimit: c.POOL_MAX,
+      replicas: c.REPLICAS,
+      poolMax: Math.max(1, Math.floor(c.POOL_MAX / c.REPLICAS)),
+      statementTimeoutMs: c.STATEMENT_TIMEOUT_MS,
+      idleInTxTimeoutMs: c.IDLE_IN_TX_TIMEOUT_MS,
+    }),
+    state: Object.freeze({ saturatedExitBelow: c.STATE_SATURATED_EXIT_BELOW, recoverBelow: c.STATE_RECOVER_BELOW, recoverWindowMs: c.STATE_RECOVER_WINDOW_MS }),
+    pressure: Object.freeze({ maxEventLoopDelayMs: c.PRESSURE_MAX_EVENT_LOOP_DELAY_MS, maxEventLoopUtilization: c.PRESSURE_MAX_EVENT_LOOP_UTILIZATION, maxHeapUsedBytes: c.PRESSURE_MAX_HEAP_BYTES, maxRssBytes: c.PRESSURE_MAX_RSS_BYTES }),
+    gateway: Object.freeze({ inflightCap: gatewayCap(c.PERMITS, c.QUEUE) }),
+    port: c.PORT,
+    host: c.HOST,
+  })
+}
+
+/** Every DB role of the fleet with its fleet-wide connection limit, derived from the lane table. */
+export function dbRoles (env: Record<string, string | undefined> = process.env): Array<{ role: string, schema: string, connectionLimit: number, statementTimeoutMs: number, idleInTxTimeoutMs: number }> {
+  const prefix = env.ROLE_PREFIX ?? ''
+  const lanes = LANE_NAMES.map(n => laneLimits(n, env)).map(l => ({
+    role: l.db.role, schema: l.db.schema, connectionLimit: l.db.roleConnectionLimit, statementTimeoutMs: l.db.statementTimeoutMs, idleInTxTimeoutMs: l.db.idleInTxTimeoutMs,
+  }))
+  const jobsLimit = Number(env.JOBS_POOL_MAX ?? JOBS_ROLE.poolMax)
+  return [...lanes, { role: prefix + JOBS_ROLE.role, schema: JOBS_ROLE.schema, connectionLimit: jobsLimit, statementTimeoutMs: 5_000, idleInTxTimeoutMs: 10_000 }]
+}

@@ -1,0 +1,68 @@
+// Prometheus metrics (prom-client). Each process owns one Registry, passed in
+// explicitly: no global registry, so nothing is shared between apps in a test
+// process and each process serves only its own series.
+import client from 'prom-client'
+import type pg from 'pg'
+import { LANE_STATES, type LaneStateName } from './lane-state.ts'
+import type { RejectReason } from './bulkhead.ts'
+import { poolCounts } from './db/pool.ts'
+
+export function createRegistry (processName: string): client.Registry {
+  const registry = new client.Registry()
+  registry.setDefaultLabels({ process: processName })
+  client.collectDefaultMetrics({ register: registry })
+  return registry
+}
+
+export const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.12, 0.25, 0.5, 1, 2.5, 5, 10]
+
+export type LaneRejectReason = RejectReason | 'under_pressure' | 'deadline' | 'shutting_down'
+
+export interface LaneMetricSources {
+  lane: string
+  permits: number
+  queueCapacity: number
+  active: () => number
+  queued: () => number
+  state: () => LaneStateName
+  pool: pg.Pool
+}
+
+export interface LaneMetrics {
+  rejection (reason: LaneRejectReason): void
+  permitWait (seconds: number): void
+  requestDuration: client.Histogram<'lane' | 'route' | 'status_code'>
+  rejections (): Record<string, number>
+}
+
+export function laneMetrics (registry: client.Registry, s: LaneMetricSources): LaneMetrics {
+  const lane = s.lane
+  new client.Gauge({ name: 'bulkhead_threads_active', help: 'Executions holding a permit', labelNames: ['lane'], registers: [registry], collect () { this.set({ lane }, s.active()) } })
+  new client.Gauge({ name: 'bulkhead_threads_max', help: 'Permits of the lane', labelNames: ['lane'], registers: [registry], collect () { this.set({ lane }, s.permits) } })
+  new client.Gauge({ name: 'bulkhead_queue_depth', help: 'Requests waiting for a permit', labelNames: ['lane'], registers: [registry], collect () { this.set({ lane }, s.queued()) } })
+  new client.Gauge({ name: 'bulkhead_queue_capacity', help: 'Bounded queue capacity', labelNames: ['lane'], registers: [registry], collect () { this.set({ lane }, s.queueCapacity) } })
+  new client.Gauge({
+    name: 'bulkhead_state',
+    help: 'Lane state, 1 for the current state',
+    labelNames: ['lane', 'state'],
+    registers: [registry],
+    collect () { const cur = s.state(); for (const st of LANE_STATES) this.set({ lane, state: st }, st === cur ? 1 : 0) },
+  })
+  new client.Gauge({
+    name: 'bulkhead_db_pool_connections',
+    help: 'The lane pool: total, idle, waiting clients',
+    labelNames: ['lane', 'state'],
+    registers: [registry],
+    collect () { const c = poolCounts(s.pool); this.set({ lane, state: 'total' }, c.total); this.set({ lane, state: 'idle' }, c.idle); this.set({ lane, state: 'waiting' }, c.waiting) },
+  })
+  const rejection = new client.Counter({ name: 'bulkhead_rejection_total', help: 'Requests rejected by the lane, by reason', labelNames: ['lane', 'reason'], registers: [registry] })
+  const wait = new client.Histogram({ name: 'bulkhead_permit_wait_seconds', help: 'Time admitted requests waited for a permit', labelNames: ['lane'], buckets: [0, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5], registers: [registry] })
+  const requestDuration = new client.Histogram({ name: 'http_request_duration_seconds', help: 'HTTP request duration', labelNames: ['lane', 'route', 'status_code'], buckets: LATENCY_BUCKETS, registers: [registry] })
+  const counts: Record<string, number> = {}
+  return {
+    rejection (reason) { rejection.inc({ lane, reason }); counts[reason] = (counts[reason] ?? 0) + 1 },
+    permitWait (seconds) { wait.observe({ lane }, seconds) },
+    requestDuration,
+    rejections: () => ({ ...counts }),
+  }
+}

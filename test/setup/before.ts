@@ -1,0 +1,18 @@
+// tap `before`: start the test run's PostgreSQL (detached) and wait until its
+// template database is migrated.
+import { spawn } from 'node:child_process'
+import fs from 'node:fs'
+import { STATE_FILE } from './state.ts'
+
+fs.rmSync(STATE_FILE, { force: true })
+const child = spawn(process.execPath, ['--import', 'tsx', 'test/setup/pg-daemon.ts'], {
+  detached: true,
+  stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+})
+await new Promise<void>((resolve, reject) => {
+  const t = setTimeout(() => reject(new Error('test PostgreSQL did not start in 60 s')), 60_000)
+  child.once('message', () => { clearTimeout(t); resolve() })
+  child.once('exit', code => { clearTimeout(t); reject(new Error(`pg-daemon exited with ${code}`)) })
+})
+child.disconnect()
+child.unref()

