@@ -1,0 +1,66 @@
+// Real child processes for tests: each service is started as its own OS process
+// on port 0; the port is read from Fastify's "Server listening at" log line.
+// Every process is killed at teardown, and its log is printed when a test fails.
+import { spawn, type ChildProcess } from 'node:child_process'
+import path from 'node:path'
+import readline from 'node:readline'
+import type { Test } from 'tap'
+
+export const ROOT = path.resolve(import.meta.dirname, '../..')
+
+export interface Proc {
+  name: string
+  url: string
+  proc: ChildProcess
+  log: string[]
+  kill (signal?: NodeJS.Signals): Promise<void>
+}
+
+export async function startProcess (t: Test, name: string, script: string, env: Record<string, string>, opts: { timeoutMs?: number } = {}): Promise<Proc> {
+  const proc = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, script)], {
+    cwd: ROOT,
+    env: { ...process.env, LOG_LEVEL: 'info', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  const log: string[] = []
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${name} did not listen in time:\n${log.join('\n')}`)), opts.timeoutMs ?? 30_000)
+    const onLine = (line: string): void => {
+      log.push(line)
+      if (log.length > 2_000) log.shift()
+      const m = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(line)
+      if (m) { clearTimeout(timer); resolve(m[1]!) }
+    }
+    readline.createInterface({ input: proc.stdout! }).on('line', onLine)
+    readline.createInterface({ input: proc.stderr! }).on('line', onLine)
+    proc.once('exit', code => { clearTimeout(timer); reject(new Error(`${name} exited with ${code}:\n${log.join('\n')}`)) })
+  })
+  const kill = async (signal: NodeJS.Signals = 'SIGTERM'): Promise<void> => {
+    if (proc.exitCode !== null || proc.signalCode !== null) return
+    await new Promise<void>(resolve => {
+      proc.once('exit', () => resolve())
+      proc.kill(signal)
+      setTimeout(() => proc.kill('SIGKILL'), 10_000).unref()
+    })
+  }
+  t.teardown(async () => {
+    if (!t.passing()) t.comment(`--- ${name} log (last 40 lines) ---\n${log.slice(-40).join('\n')}`)
+    await kill()
+  })
+  return { name, url, proc, log, kill }
+}
+
+/** A lane process on port 0 against a test database. */
+export function laneEnv (lane: 'card-auth' | 'fraud' | 'tax', dbEnv: Record<string, string>, databaseUrl: string, extra: Record<string, string> = {}): Record<string, string> {
+  const p = lane.toUpperCase().replace('-', '_') + '_'
+  return { ...dbEnv, DATABASE_URL: databaseUrl, [`${p}PORT`]: '0', ...extra }
+}
+
+export async function freePort (): Promise<number> {
+  const net = await import('node:net')
+  return new Promise((resolve, reject) => {
+    const s = net.createServer()
+    s.once('error', reject)
+    s.listen(0, '127.0.0.1', () => { const p = (s.address() as { port: number }).port; s.close(() => resolve(p)) })
+  })
+}
