@@ -89,7 +89,7 @@ export interface LaneLimits {
 
 /** Headroom so the lane's own fast answers (429, compensation, 202) still pass the gateway cap. */
 export function gatewayCap (permits: number, queue: number): number {
-  return 2 * (permits + queue) + 10
+  return 2 * (permits + queue) + 50
 }
 
 export function laneLimits (lane: LaneName, env: Record<string, string | undefined> = process.env): LaneLimits {
