@@ -29,6 +29,8 @@ export function createHttpApp (opts: HttpAppOptions = {}): FastifyInstance {
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false, allErrors: false, useDefaults: true } },
   })
   app.addHook('onSend', async (req, reply) => { reply.header('x-request-id', req.id) })
+  // JSON only: Fastify's default text/plain parser would let a string body reach validation.
+  app.removeContentTypeParser('text/plain')
   installProblemHandlers(app)
   return app
 }
