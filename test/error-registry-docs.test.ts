@@ -1,0 +1,15 @@
+// The error registry and docs/errors.md list the same codes with the same statuses.
+import fs from 'node:fs'
+import t from 'tap'
+import { ERRORS } from '../shared/errors.ts'
+
+const doc = fs.readFileSync(new URL('../docs/errors.md', import.meta.url), 'utf8')
+const documented = new Map([...doc.matchAll(/^\| `(ERR_[A-Z_]+)` \| (\d{3}) \|/gm)].map(m => [m[1]!, Number(m[2])]))
+
+t.test('every registry code is documented with its status', async t => {
+  for (const [code, spec] of Object.entries(ERRORS)) t.equal(documented.get(code), spec.status, code)
+})
+
+t.test('the docs name no code the registry does not have', async t => {
+  for (const code of documented.keys()) t.ok(Object.hasOwn(ERRORS, code), code)
+})
