@@ -4,9 +4,10 @@
 // transaction open across anything but its own SQL.
 import crypto from 'node:crypto'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
-import { AuthorizationRequest, IdParams } from '../../shared/api-schemas.ts'
+import { AuthorizationRequest } from '../../shared/api-schemas.ts'
 import { AppError } from '../../shared/errors.ts'
 import type { LaneKit } from '../../shared/lane-kit/build-lane-app.ts'
+import { storedResponseRoute } from '../../shared/lane-kit/stored-response.ts'
 import { clientIdOf, fingerprint, idempotencyKeyOf, replay } from '../../shared/lane-kit/request-context.ts'
 import type { LaneRejectReason } from '../../shared/metrics.ts'
 
@@ -33,11 +34,5 @@ export function cardAuthRoutes (app: FastifyInstance, kit: LaneKit): void {
     return { status: 201, body: row.response, headers: { location: `/v1/authorizations/${row.id}` } }
   }, saturated))
 
-  app.get('/v1/authorizations/:id', { schema: { params: IdParams } }, kit.admitted(async (req: FastifyRequest, exec) => {
-    const client = clientIdOf(req)
-    const { id } = req.params as { id: string }
-    const { rows } = await exec.db.query<{ response: unknown }>('select response from card_auth.authorizations where id = $1 and client_id = $2', [id, client])
-    if (!rows[0]) throw new AppError('ERR_NOT_FOUND', { detail: `no authorization ${id}` })
-    return { status: 200, body: rows[0].response }
-  }, saturated))
+  storedResponseRoute(app, kit, { url: '/v1/authorizations/:id', table: 'card_auth.authorizations', what: 'authorization', onReject: saturated })
 }

@@ -2,9 +2,10 @@
 // schema and stores the screening with its result in one transaction.
 import crypto from 'node:crypto'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
-import { IdParams, ScreeningRequest } from '../../shared/api-schemas.ts'
+import { ScreeningRequest } from '../../shared/api-schemas.ts'
 import { AppError } from '../../shared/errors.ts'
 import type { LaneKit } from '../../shared/lane-kit/build-lane-app.ts'
+import { storedResponseRoute } from '../../shared/lane-kit/stored-response.ts'
 import { clientIdOf, fingerprint, idempotencyKeyOf, replay } from '../../shared/lane-kit/request-context.ts'
 import { DEFAULT_WEIGHTS, score } from './scoring.ts'
 
@@ -47,11 +48,5 @@ export function fraudRoutes (app: FastifyInstance, kit: LaneKit): void {
     })
   }, saturated))
 
-  app.get('/v1/fraud/screenings/:id', { schema: { params: IdParams } }, kit.admitted(async (req: FastifyRequest, exec) => {
-    const client = clientIdOf(req)
-    const { id } = req.params as { id: string }
-    const { rows } = await exec.db.query<{ response: unknown }>('select response from fraud.screenings where id = $1 and client_id = $2', [id, client])
-    if (!rows[0]) throw new AppError('ERR_NOT_FOUND', { detail: `no screening ${id}` })
-    return { status: 200, body: rows[0].response }
-  }, saturated))
+  storedResponseRoute(app, kit, { url: '/v1/fraud/screenings/:id', table: 'fraud.screenings', what: 'screening', onReject: saturated })
 }

@@ -3,9 +3,10 @@
 import crypto from 'node:crypto'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import type { Pool } from 'undici'
-import { IdParams, TaxQuoteRequest } from '../../shared/api-schemas.ts'
+import { TaxQuoteRequest } from '../../shared/api-schemas.ts'
 import { AppError } from '../../shared/errors.ts'
 import type { LaneKit } from '../../shared/lane-kit/build-lane-app.ts'
+import { storedResponseRoute } from '../../shared/lane-kit/stored-response.ts'
 import { clientIdOf, fingerprint, idempotencyKeyOf, replay } from '../../shared/lane-kit/request-context.ts'
 import { ProviderError, providerFailure, quoteFromProvider } from './provider.ts'
 
@@ -55,12 +56,6 @@ export function taxRoutes (opts: TaxRouteOptions) {
       return { status: 200, body: response, headers: { location: `/v1/tax/quotes/${id}` } }
     }, saturated))
 
-    app.get('/v1/tax/quotes/:id', { schema: { params: IdParams } }, kit.admitted(async (req: FastifyRequest, exec) => {
-      const client = clientIdOf(req)
-      const { id } = req.params as { id: string }
-      const { rows } = await exec.db.query<{ response: unknown }>('select response from tax.quotes where id = $1 and client_id = $2', [id, client])
-      if (!rows[0]) throw new AppError('ERR_NOT_FOUND', { detail: `no tax quote ${id}` })
-      return { status: 200, body: rows[0].response }
-    }, saturated))
+    storedResponseRoute(app, kit, { url: '/v1/tax/quotes/:id', table: 'tax.quotes', what: 'tax quote', onReject: saturated })
   }
 }

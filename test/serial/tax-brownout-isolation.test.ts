@@ -14,7 +14,7 @@ import { freePort, ROOT } from '../helpers/procs.ts'
 const db = await testDatabase(t)
 await db.query("insert into card_auth.card_accounts (token, currency, available) values ('tok_iso_card', 'EUR', 1000000000)")
 const env = { TAX_DEADLINE_MS: '4000', TAX_QUOTE_DEADLINE_MS: '10000' }
-const fleet = await startFleet(t, db, { lanes: ['card-auth'], env, laneUrls: { tax: 'http://127.0.0.1:1' } }).catch(e => { throw e })
+const fleet = await startFleet(t, db, { lanes: ['card-auth'], env, laneUrls: { tax: 'http://127.0.0.1:1' } })
 // Tax runs under the supervisor's own restart logic, on a fixed port the gateway knows.
 const taxPort = await freePort()
 const taxLog: string[] = []

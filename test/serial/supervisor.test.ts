@@ -1,0 +1,58 @@
+// `npm start`'s supervisor, for real: it migrates, seeds, starts every process
+// as its own child, writes credentials.json (0600), restarts a child killed
+// with -9, and on SIGTERM stops everything, leaving no process behind.
+// (DATABASE_URL points it at the test's database instead of a second embedded server.)
+import { spawn } from 'node:child_process'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import readline from 'node:readline'
+import t from 'tap'
+import { testDatabase } from '../helpers/db.ts'
+import { call, eventually } from '../helpers/http.ts'
+import { freePort, ROOT } from '../helpers/procs.ts'
+
+const db = await testDatabase(t)
+const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'wt-sup-'))
+t.teardown(() => fs.rmSync(dataDir, { recursive: true, force: true }))
+const ports = { GATEWAY_PORT: await freePort(), TAX_SANDBOX_PORT: await freePort(), CARD_AUTH_PORT: await freePort(), FRAUD_PORT: await freePort(), TAX_PORT: await freePort() }
+const sup = spawn(process.execPath, ['--import', 'tsx', 'services/supervisor/main.ts'], {
+  cwd: ROOT,
+  env: { ...process.env, ...db.env, DATABASE_URL: db.superUrl, DATA_DIR: dataDir, ...Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])) },
+  stdio: ['ignore', 'pipe', 'pipe'],
+})
+const lines: string[] = []
+readline.createInterface({ input: sup.stdout! }).on('line', l => lines.push(l))
+readline.createInterface({ input: sup.stderr! }).on('line', l => lines.push(l))
+t.teardown(() => { if (sup.exitCode === null) sup.kill('SIGKILL') })
+const alive = (pid: number): boolean => { try { process.kill(pid, 0); return true } catch { return false } }
+
+t.test('the fleet comes up with credentials, survives a killed lane, and stops cleanly', async t => {
+  const up = await eventually(async () => lines.find(l => l.includes('fleet is up')), 60_000, 100)
+  t.ok(up, `fleet is up\n${up ? '' : lines.slice(-30).join('\n')}`)
+  const pids = Object.fromEntries([...up!.matchAll(/([a-z-]+)=(\d+)/g)].map(m => [m[1]!, Number(m[2])]))
+  t.same(Object.keys(pids).sort(), ['card-auth', 'fraud', 'gateway', 'tax', 'tax-sandbox'])
+  t.ok(lines.some(l => l.includes('curl -s -X POST')), 'prints an example curl')
+
+  const credsFile = path.join(dataDir, 'credentials.json')
+  t.equal(fs.statSync(credsFile).mode & 0o777, 0o600, 'credentials.json is 0600')
+  const creds = JSON.parse(fs.readFileSync(credsFile, 'utf8'))
+  t.match(creds, { gatewayUrl: `http://127.0.0.1:${ports.GATEWAY_PORT}`, deckUrl: String, apiKey: /^wt_/, adminToken: String, databaseUrl: String })
+  t.ok(creds.demoCards.length >= 2, 'demo cards')
+  const card = creds.demoCards[0]
+  const authorize = (key: string) => call(creds.gatewayUrl + '/v1/authorizations', { json: { merchantId: 'm_sup', cardToken: card.token, amount: { value: 100, currency: card.currency } }, headers: { authorization: `Bearer ${creds.apiKey}`, 'idempotency-key': key } })
+  t.equal((await authorize('sup-1')).status, 201, 'an authorization through the gateway')
+
+  process.kill(pids['card-auth']!, 'SIGKILL')
+  const again = await eventually(async () => { const r = await authorize('sup-2'); return r.status === 201 ? r : undefined }, 20_000, 200)
+  t.ok(again, 'card-auth is back after kill -9')
+  t.ok(lines.some(l => /card-auth exited \(SIGKILL\); restart #1/.test(l)), 'the supervisor logged the restart')
+
+  const children = Object.values(pids)
+  const exited = new Promise<number | null>(resolve => sup.once('exit', code => resolve(code)))
+  sup.kill('SIGTERM')
+  t.equal(await exited, 0, 'supervisor exits 0')
+  const restartedPid = Number(/"pid":(\d+)[^\n]*Server listening/.exec(lines.filter(l => l.startsWith('[card-auth]')).slice(-1)[0] ?? '')?.[1] ?? 0)
+  for (const pid of [...children, restartedPid].filter(Boolean)) t.notOk(alive(pid), `process ${pid} is gone`)
+  t.ok(lines.some(l => l.includes('draining the gateway, then the lanes')), 'ordered shutdown')
+})
