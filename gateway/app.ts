@@ -10,6 +10,7 @@ import { LANE_NAMES, type LaneLimits, type LaneName } from '../shared/lanes.ts'
 import { ROUTES, type RouteSpec } from './classify.ts'
 import { createUpstreams, closeUpstreams, type Upstream } from './upstreams.ts'
 import { authenticate, type KeySource } from './auth.ts'
+import { panFields } from '../shared/pan.ts'
 
 export interface GatewayConfig {
   limits: Record<LaneName, LaneLimits>
@@ -53,6 +54,11 @@ export async function buildApp (cfg: GatewayConfig) {
           const key = req.headers['idempotency-key']
           if (typeof key !== 'string' || !/^[\x21-\x7e]{1,255}$/.test(key)) throw new AppError('ERR_IDEMPOTENCY_KEY_REQUIRED', { detail: 'Idempotency-Key header (1-255 visible ASCII characters) is required on POST' })
         }
+      },
+      // Before schema validation: a PAN anywhere is refused as such, whatever else is wrong.
+      preValidation: async req => {
+        const fields = panFields(req.body)
+        if (fields.length > 0) throw new AppError('ERR_PAN_NOT_ACCEPTED', { detail: `fields ${fields.join(', ')} hold a raw card number; send a card token`, extensions: { fields } })
       },
       handler: (req, reply) => proxy(req, reply, spec, upstreams[spec.lane], unavailable),
     })

@@ -41,7 +41,9 @@ for (const [path, body] of Object.entries(valid)) {
   )
 }
 cases.push(
-  { name: 'raw card number as token', path: '/v1/authorizations', headers: json, json: { merchantId: 'm_1', cardToken: '4111111111111111', amount: money }, status: 400, code: 'ERR_VALIDATION' },
+  { name: 'raw card number as token', path: '/v1/authorizations', headers: json, json: { merchantId: 'm_1', cardToken: '4111111111111111', amount: money }, status: 422, code: 'ERR_PAN_NOT_ACCEPTED' },
+  { name: 'PAN with spaces in merchantId', path: '/v1/authorizations', headers: json, json: { merchantId: 'x 5555 5555 5555 4444', cardToken: 'tok_abcd', amount: money }, status: 422, code: 'ERR_PAN_NOT_ACCEPTED' },
+  { name: 'PAN in an unknown field', path: '/v1/fraud/screenings', headers: json, json: { ...valid['/v1/fraud/screenings'] as object, note: '378282246310005' }, status: 422, code: 'ERR_PAN_NOT_ACCEPTED' },
   { name: 'bad jurisdiction', path: '/v1/tax/quotes', headers: json, json: { jurisdiction: 'Germany', amount: money }, status: 400, code: 'ERR_VALIDATION' },
   { name: 'bad country', path: '/v1/fraud/screenings', headers: json, json: { ...valid['/v1/fraud/screenings'] as object, ipCountry: 'de' }, status: 400, code: 'ERR_VALIDATION' },
   { name: 'bad id', method: 'GET', path: '/v1/authorizations/not-a-uuid', headers: auth, status: 400, code: 'ERR_VALIDATION' },
@@ -59,6 +61,12 @@ t.test('every bad request gets a problem+json 4xx with its code', async t => {
     t.match(r.headers['content-type'], /^application\/problem\+json/, `${c.path} ${c.name}: problem+json`)
     t.match(r.body, { type: String, title: String, status: c.status, detail: String, instance: String }, `${c.path} ${c.name}: RFC 9457 members`)
     t.notOk(JSON.stringify(r.body).includes('    at '), 'no stack trace')
+  }
+})
+
+t.test('a refused card number appears in no log line of any process', async t => {
+  for (const p of [fleet.gateway, ...Object.values(fleet.lanes)]) {
+    for (const pan of ['4111111111111111', '5555 5555 5555 4444', '378282246310005']) t.notOk(p!.log.some(l => l.includes(pan)), `${p!.name} log has no ${pan}`)
   }
 })
 
