@@ -6,7 +6,7 @@ import client from 'prom-client'
 import { createHttpApp } from '../shared/http-app.ts'
 import { AppError } from '../shared/errors.ts'
 import { LATENCY_BUCKETS, createRegistry } from '../shared/metrics.ts'
-import { LANE_NAMES, type LaneLimits, type LaneName } from '../shared/lanes.ts'
+import type { LaneLimits, LaneName } from '../shared/lanes.ts'
 import { ROUTES, type RouteSpec } from './classify.ts'
 import { createUpstreams, closeUpstreams, type Upstream } from './upstreams.ts'
 import { authenticate, type KeySource } from './auth.ts'
@@ -104,4 +104,3 @@ async function proxy (req: FastifyRequest, reply: FastifyReply, spec: RouteSpec,
   }
 }
 
-export { LANE_NAMES }

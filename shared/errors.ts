@@ -67,10 +67,6 @@ export class AppError extends Error {
   }
 }
 
-export function appError (code: ErrorCode, detail?: string, opts: Omit<AppErrorOptions, 'detail'> = {}): AppError {
-  return new AppError(code, { ...opts, ...(detail !== undefined ? { detail } : {}) })
-}
-
 export function isAppError (err: unknown): err is AppError {
   return typeof err === 'object' && err !== null && typeof (err as { code?: unknown }).code === 'string' &&
     Object.hasOwn(ERRORS, (err as { code: string }).code) && (err as { name?: unknown }).name === 'AppError'

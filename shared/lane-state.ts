@@ -22,18 +22,14 @@ export interface LaneStateOptions {
 export class LaneState {
   #state: LaneStateName = 'NORMAL'
   #belowSince: number | undefined
-  #since: number
   #active = 0
   readonly #o: Required<Omit<LaneStateOptions, 'onTransition'>> & Pick<LaneStateOptions, 'onTransition'>
 
   constructor (opts: LaneStateOptions) {
     this.#o = { now: () => performance.now(), ...opts }
-    this.#since = this.#o.now()
   }
 
   get state (): LaneStateName { return this.#state }
-  /** Milliseconds spent in the current state. */
-  get inStateMs (): number { return this.#o.now() - this.#since }
 
   observe (active: number, queued: number): LaneStateName {
     const o = this.#o
@@ -44,9 +40,9 @@ export class LaneState {
     else this.#belowSince = undefined
 
     if (saturated) {
-      this.#go('SATURATED', now)
+      this.#go('SATURATED')
     } else if (this.#state === 'SATURATED' && active < o.saturatedExitBelow * o.permits) {
-      this.#go('RECOVERING', now)
+      this.#go('RECOVERING')
     }
     this.tick(now)
     return this.#state
@@ -55,16 +51,15 @@ export class LaneState {
   /** Called on a timer too: the recovery window can end while no request arrives. */
   tick (now = this.#o.now()): LaneStateName {
     if (this.#state === 'RECOVERING' && this.#belowSince !== undefined && now - this.#belowSince >= this.#o.recoverWindowMs) {
-      this.#go('NORMAL', now)
+      this.#go('NORMAL')
     }
     return this.#state
   }
 
-  #go (to: LaneStateName, now: number): void {
+  #go (to: LaneStateName): void {
     if (to === this.#state) return
     const from = this.#state
     this.#state = to
-    this.#since = now
     // Entering RECOVERING starts the window only from the moment active is low.
     if (to === 'RECOVERING' && !(this.#active < this.#o.recoverBelow * this.#o.permits)) this.#belowSince = undefined
     this.#o.onTransition?.(from, to)

@@ -34,12 +34,3 @@ export function rateFor (jurisdiction: string, at = new Date()): ProviderRate | 
   }
   return { jurisdiction, rate: Math.round(rate * 1e6) / 1e6, currency: cur.currency }
 }
-
-export function jurisdictions (): string[] {
-  const out: string[] = []
-  for (const [c, node] of Object.entries(TABLE)) {
-    out.push(c)
-    for (const s of Object.keys(node.states ?? {})) out.push(`${c}-${s}`)
-  }
-  return out.sort()
-}

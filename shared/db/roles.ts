@@ -10,8 +10,6 @@ const ident = (s: string): string => {
 }
 const literal = (s: string): string => `'${s.replaceAll("'", "''")}'`
 
-export interface RoleSecret { role: string, password: string }
-
 export async function provisionRoles (client: pg.Client | pg.PoolClient, passwords: Record<string, string>, env: Record<string, string | undefined> = process.env): Promise<void> {
   const { rows } = await client.query<{ db: string }>('select current_database() as db')
   const db = rows[0]!.db

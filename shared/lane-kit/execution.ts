@@ -16,7 +16,7 @@ export interface Execution {
   readonly db: ExecutionDb
 }
 
-export function executionDb (pool: pg.Pool, signal: AbortSignal): ExecutionDb & { checkedOut (): number } {
+export function executionDb (pool: pg.Pool, signal: AbortSignal): ExecutionDb {
   const held = new Set<{ client: pg.PoolClient, released: boolean }>()
 
   const onAbort = (): void => {
@@ -46,7 +46,6 @@ export function executionDb (pool: pg.Pool, signal: AbortSignal): ExecutionDb & 
   }
 
   return {
-    checkedOut: () => held.size,
     query: (text, values) => withClient(c => c.query(text, values)),
     tx: fn => withClient(async c => {
       await c.query('begin')

@@ -10,20 +10,18 @@ import type { LaneKit } from './build-lane-app.ts'
 export interface DbHealth { ok (): boolean, lastError (): string | undefined }
 
 export async function registerPressure (app: FastifyInstance, kit: LaneKit, intervalMs: number): Promise<DbHealth> {
-  let lastOkAt = 0
   let lastError: string | undefined
   let ok = true
   // When every connection is busy serving requests the DB is plainly reachable:
   // the check must not queue behind them or add to them.
   const check = async (): Promise<boolean> => {
     const p = kit.pool
-    if (p.idleCount === 0 && p.totalCount >= kit.limits.db.poolMax) return (ok = performance.now() - lastOkAt < 3 * intervalMs || ok)
+    if (p.idleCount === 0 && p.totalCount >= kit.limits.db.poolMax) return ok
     try {
       await Promise.race([
         p.query('select 1'),
         new Promise((_r, reject) => setTimeout(() => reject(new Error('db health check timed out')), Math.min(1_000, intervalMs)).unref()),
       ])
-      lastOkAt = performance.now()
       lastError = undefined
       ok = true
     } catch (err) {

@@ -23,7 +23,7 @@ export interface Fleet {
   startLane (lane: LaneName): Promise<Proc>
 }
 
-export async function startFleet (t: Test, db: TestDb, opts: { lanes?: LaneName[], env?: Record<string, string>, laneUrls?: Partial<Record<LaneName, string>> } = {}): Promise<Fleet> {
+export async function startFleet (t: Test, db: TestDb, opts: { lanes?: LaneName[], env?: Record<string, string> } = {}): Promise<Fleet> {
   const env = { ...db.env, ...opts.env }
   const sandbox = await startProcess(t, 'tax-sandbox', 'services/tax-sandbox/main.ts', { TAX_SANDBOX_PORT: '0' })
   const lanes: Partial<Record<LaneName, Proc>> = {}
@@ -40,9 +40,7 @@ export async function startFleet (t: Test, db: TestDb, opts: { lanes?: LaneName[
   const unused = 'http://127.0.0.1:9' // discard port: a lane that is not running refuses at once
   const gateway = await startProcess(t, 'gateway', 'gateway/main.ts', {
     ...env, GATEWAY_PORT: '0', GATEWAY_HOST: '127.0.0.1', API_KEYS_FILE: keysFile,
-    CARD_AUTH_URL: lanes['card-auth']?.url ?? opts.laneUrls?.['card-auth'] ?? unused,
-    FRAUD_URL: lanes.fraud?.url ?? opts.laneUrls?.fraud ?? unused,
-    TAX_URL: lanes.tax?.url ?? opts.laneUrls?.tax ?? unused,
+    CARD_AUTH_URL: lanes['card-auth']?.url ?? unused, FRAUD_URL: lanes.fraud?.url ?? unused, TAX_URL: lanes.tax?.url ?? unused,
   })
   let n = 0
   return {

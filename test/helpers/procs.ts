@@ -2,6 +2,7 @@
 // on port 0; the port is read from Fastify's "Server listening at" log line.
 // Every process is killed at teardown, and its log is printed when a test fails.
 import { spawn, type ChildProcess } from 'node:child_process'
+import net from 'node:net'
 import path from 'node:path'
 import readline from 'node:readline'
 import type { Test } from 'tap'
@@ -57,7 +58,6 @@ export function laneEnv (lane: 'card-auth' | 'fraud' | 'tax', dbEnv: Record<stri
 }
 
 export async function freePort (): Promise<number> {
-  const net = await import('node:net')
   return new Promise((resolve, reject) => {
     const s = net.createServer()
     s.once('error', reject)

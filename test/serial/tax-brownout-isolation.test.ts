@@ -3,42 +3,42 @@
 // stay fast and successful, and no card-auth permit or connection is held by
 // tax work. Then `kill -9` of the tax process fails only tax routes, and the
 // supervisor brings tax back.
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
 import t from 'tap'
+import { createKey } from '../../gateway/api-keys.ts'
 import { SupervisedChild, waitHealthy } from '../../services/supervisor/child.ts'
 import { laneLimits } from '../../shared/lanes.ts'
 import { testDatabase } from '../helpers/db.ts'
-import { startFleet } from '../helpers/fleet.ts'
-import { eventually, percentile, sleep } from '../helpers/http.ts'
-import { freePort, ROOT } from '../helpers/procs.ts'
+import { call, eventually, percentile, sleep } from '../helpers/http.ts'
+import { freePort, laneEnv, ROOT, startProcess } from '../helpers/procs.ts'
 
 const db = await testDatabase(t)
 await db.query("insert into card_auth.card_accounts (token, currency, available) values ('tok_iso_card', 'EUR', 1000000000)")
-const env = { TAX_DEADLINE_MS: '4000', TAX_QUOTE_DEADLINE_MS: '10000' }
-const fleet = await startFleet(t, db, { lanes: ['card-auth'], env, laneUrls: { tax: 'http://127.0.0.1:1' } })
+const env = { ...db.env, TAX_DEADLINE_MS: '4000', TAX_QUOTE_DEADLINE_MS: '10000' }
+const sandbox = await startProcess(t, 'tax-sandbox', 'services/tax-sandbox/main.ts', { TAX_SANDBOX_PORT: '0' })
+const setFaults = (f: Record<string, unknown>) => call(sandbox.url + '/faults', { method: 'PUT', json: f })
+const card = await startProcess(t, 'card-auth', 'services/card-auth/main.ts', laneEnv('card-auth', env, db.laneUrl('card-auth')))
 // Tax runs under the supervisor's own restart logic, on a fixed port the gateway knows.
 const taxPort = await freePort()
-const taxLog: string[] = []
 const tax = new SupervisedChild({
   name: 'tax',
   script: `${ROOT}/services/tax/main.ts`,
-  env: { ...db.env, ...env, DATABASE_URL: db.laneUrl('tax'), TAX_PORT: String(taxPort), TAX_PROVIDER_URL: fleet.sandbox.url },
+  env: { ...env, DATABASE_URL: db.laneUrl('tax'), TAX_PORT: String(taxPort), TAX_PROVIDER_URL: sandbox.url },
   healthUrl: `http://127.0.0.1:${taxPort}/health/live`,
-}, (_n, line) => { taxLog.push(line) })
+}, () => {})
 t.teardown(() => tax.stop())
 tax.start()
 await waitHealthy(tax.spec.healthUrl, 30_000)
-// The gateway was started before tax had a port; restart it pointing at tax.
-await fleet.gateway.kill()
-const { startProcess } = await import('../helpers/procs.ts')
-const { createKey } = await import('../../gateway/api-keys.ts')
-const os = await import('node:os'); const fs = await import('node:fs'); const path = await import('node:path')
-const keysFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'wt-iso-')), 'keys.json')
+const keyDir = fs.mkdtempSync(path.join(os.tmpdir(), 'wt-iso-'))
+t.teardown(() => fs.rmSync(keyDir, { recursive: true, force: true }))
+const keysFile = path.join(keyDir, 'keys.json')
 const apiKey = createKey(keysFile, 'iso-client')
 const gw = await startProcess(t, 'gateway', 'gateway/main.ts', {
-  ...db.env, ...env, GATEWAY_PORT: '0', GATEWAY_HOST: '127.0.0.1', API_KEYS_FILE: keysFile,
-  CARD_AUTH_URL: fleet.lanes['card-auth']!.url, FRAUD_URL: 'http://127.0.0.1:1', TAX_URL: `http://127.0.0.1:${taxPort}`,
+  ...env, GATEWAY_PORT: '0', GATEWAY_HOST: '127.0.0.1', API_KEYS_FILE: keysFile,
+  CARD_AUTH_URL: card.url, FRAUD_URL: 'http://127.0.0.1:9', TAX_URL: `http://127.0.0.1:${taxPort}`,
 })
-const { call } = await import('../helpers/http.ts')
 let n = 0
 const post = (p: string, json: unknown) => call(gw.url + p, { json, headers: { authorization: `Bearer ${apiKey}`, 'idempotency-key': `iso-${++n}` } })
 const authorize = () => post('/v1/authorizations', { merchantId: 'm_iso', cardToken: 'tok_iso_card', amount: { value: 100, currency: 'EUR' } })
@@ -50,13 +50,13 @@ t.test('a hung tax provider and a tax flood leave card authorizations fast and w
   const base: number[] = []
   for (let i = 0; i < 100; i++) { const r = await authorize(); t.equal(r.status, 201); base.push(r.ms) }
 
-  await fleet.setFaults({ mode: 'hang' })
+  await setFaults({ mode: 'hang' })
   const taxPermits = laneLimits('tax').permits
   // Flood tax: 150 requests over ~3 s; each admitted one hangs until the 4 s deadline.
   const taxResults: Array<Promise<Awaited<ReturnType<typeof quote>>>> = []
   const cardResults: Array<Promise<Awaited<ReturnType<typeof authorize>>>> = []
   const samples: Array<{ cardActive: number, cardPool: number, taxActive: number, roles: Record<string, number> }> = []
-  const cardStatus = async () => fleet.status('card-auth')
+  const cardStatus = async () => (await call(card.url + '/status')).body
   const sampler = (async () => {
     for (let i = 0; i < 40; i++) {
       const [c, x, roles] = await Promise.all([cardStatus(), taxStatus(), db.connectionsByRole()])
@@ -101,7 +101,7 @@ t.test('a hung tax provider and a tax flood leave card authorizations fast and w
   t.ok(apps.every(a => a.usename.endsWith('card_auth_ds') ? a.application_name === 'watertight-card-auth' : true), 'every card_auth_ds connection belongs to the card-auth process')
   const st = await taxStatus()
   t.ok(['SATURATED', 'RECOVERING'].includes(st.state), `tax lane reports ${st.state}`)
-  await fleet.setFaults({ mode: 'normal' })
+  await setFaults({ mode: 'normal' })
 })
 
 t.test('kill -9 of the tax process fails only tax routes; the supervisor brings tax back', async t => {

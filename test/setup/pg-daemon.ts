@@ -4,21 +4,13 @@
 // sends it SIGTERM. It migrates a template database once; each test file then
 // gets its own copy (test/helpers/db.ts).
 import fs from 'node:fs'
-import net from 'node:net'
 import path from 'node:path'
 import crypto from 'node:crypto'
 import pg from 'pg'
+import { freePort } from '../helpers/procs.ts'
 import { startEmbedded } from '../../shared/db/embedded.ts'
 import { migrate } from '../../shared/db/migrate.ts'
 import { STATE_FILE, TEMPLATE_DB, TEMPLATE_ROLE_PREFIX, templatePasswords } from './state.ts'
-
-async function freePort (): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer()
-    s.once('error', reject)
-    s.listen(0, '127.0.0.1', () => { const p = (s.address() as net.AddressInfo).port; s.close(() => resolve(p)) })
-  })
-}
 
 const dataDir = path.resolve('.data/test-pg')
 fs.rmSync(dataDir, { recursive: true, force: true })
