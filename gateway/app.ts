@@ -1,26 +1,32 @@
-// The gateway: authenticate, classify, validate at the edge, proxy to the lane
-// that owns the route. It holds no database connection and no lane state; the
-// lane, not the gateway, decides admission.
+// The gateway: authenticate, guard against retry storms, refuse raw card
+// numbers, validate at the edge, then proxy to the lane that owns the route.
+// It holds no database connection and no lane state; the lane, not the gateway,
+// decides admission.
 import type { FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify'
+import swagger from '@fastify/swagger'
 import client from 'prom-client'
+import { IdParams, Problem } from '../shared/api-schemas.ts'
 import { createHttpApp } from '../shared/http-app.ts'
 import { AppError } from '../shared/errors.ts'
 import { LATENCY_BUCKETS, createRegistry } from '../shared/metrics.ts'
 import type { LaneLimits, LaneName } from '../shared/lanes.ts'
+import { panFields } from '../shared/pan.ts'
 import { ROUTES, type RouteSpec } from './classify.ts'
 import { createUpstreams, closeUpstreams, type Upstream } from './upstreams.ts'
 import { authenticate, type KeySource } from './auth.ts'
-import { panFields } from '../shared/pan.ts'
+import { RETRY_GUARD_DEFAULTS, retryGuard, type RetryGuardConfig } from './retry-guard.ts'
 
 export interface GatewayConfig {
   limits: Record<LaneName, LaneLimits>
   laneUrls: Record<LaneName, string>
   keys: KeySource
+  retry?: RetryGuardConfig
   logger?: FastifyServerOptions['logger']
 }
 
 // Hop-by-hop and internal headers never cross the gateway.
 const DROP_RESPONSE = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length', 'x-request-id'])
+const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/
 
 export async function buildApp (cfg: GatewayConfig) {
   const app = createHttpApp({ logger: cfg.logger })
@@ -29,11 +35,22 @@ export async function buildApp (cfg: GatewayConfig) {
   new client.Gauge({ name: 'gateway_upstream_inflight', help: 'Requests in flight to each lane', labelNames: ['lane'], registers: [registry], collect () { for (const u of Object.values(upstreams)) this.set({ lane: u.lane }, u.inflight) } })
   const duration = new client.Histogram({ name: 'http_request_duration_seconds', help: 'HTTP request duration at the gateway', labelNames: ['lane', 'route', 'status_code'], buckets: LATENCY_BUCKETS, registers: [registry] })
   const unavailable = new client.Counter({ name: 'gateway_lane_unavailable_total', help: 'Requests failed fast because a lane was down or its cap was full', labelNames: ['lane', 'reason'], registers: [registry] })
-  new client.Counter({ name: 'gateway_retry_storm_blocked_total', help: 'Requests blocked by the retry-storm guard', labelNames: ['reason'], registers: [registry] })
+  const blocked = new client.Counter({ name: 'gateway_retry_storm_blocked_total', help: 'Requests blocked at the gateway by the retry-storm guard, the retry budget or the client rate limit', labelNames: ['reason'], registers: [registry] })
 
-  app.get('/health/live', async () => ({ status: 'ok' }))
-  app.get('/health/ready', async () => ({ status: 'ready' }))
-  app.get('/metrics', async (_req, reply) => { reply.type(registry.contentType); return registry.metrics() })
+  await app.register(swagger, {
+    openapi: {
+      info: { title: 'watertight data plane', version: '1', description: 'Payment ingress: card authorization, fraud screening, tax quotes. Every error is application/problem+json with a stable code (README, Error codes).' },
+      components: { securitySchemes: { apiKey: { type: 'http', scheme: 'bearer' } } },
+      security: [{ apiKey: [] }],
+    },
+  })
+  const guard = await retryGuard(app, cfg.retry ?? RETRY_GUARD_DEFAULTS, reason => blocked.inc({ reason }))
+
+  const ops = { schema: { hide: true } }
+  app.get('/health/live', ops, async () => ({ status: 'ok' }))
+  app.get('/health/ready', ops, async () => ({ status: 'ready' }))
+  app.get('/metrics', ops, async (_req, reply) => { reply.type(registry.contentType); return registry.metrics() })
+  app.get('/openapi.json', ops, async () => app.swagger())
 
   app.addHook('onResponse', async (req, reply) => {
     const spec = req.routeOptions.config as { lane?: string }
@@ -45,15 +62,20 @@ export async function buildApp (cfg: GatewayConfig) {
       method: spec.method,
       url: spec.url,
       config: { lane: spec.lane },
-      schema: spec.body ? { body: spec.body } : {},
-      // Authentication and the Idempotency-Key come before body parsing and validation.
+      schema: {
+        summary: spec.summary,
+        tags: [spec.lane],
+        ...(spec.body ? { body: spec.body, headers: { type: 'object', properties: { 'idempotency-key': { type: 'string', description: 'required on POST: 1-255 visible ASCII characters' } } } } : { params: IdParams }),
+        response: { [spec.success.status]: spec.success.schema, '4xx': Problem, '5xx': Problem },
+      },
+      // Identity, Idempotency-Key and the retry guard come before the body is even parsed.
       onRequest: async req => {
-        const clientId = authenticate(req, cfg.keys)
-        ;(req as FastifyRequest & { clientId?: string }).clientId = clientId
+        ;(req as FastifyRequest & { clientId?: string }).clientId = authenticate(req, cfg.keys)
         if (spec.method === 'POST') {
           const key = req.headers['idempotency-key']
-          if (typeof key !== 'string' || !/^[\x21-\x7e]{1,255}$/.test(key)) throw new AppError('ERR_IDEMPOTENCY_KEY_REQUIRED', { detail: 'Idempotency-Key header (1-255 visible ASCII characters) is required on POST' })
+          if (typeof key !== 'string' || !IDEMPOTENCY_KEY.test(key)) throw new AppError('ERR_IDEMPOTENCY_KEY_REQUIRED', { detail: 'Idempotency-Key header (1-255 visible ASCII characters) is required on POST' })
         }
+        await guard(req)
       },
       // Before schema validation: a PAN anywhere is refused as such, whatever else is wrong.
       preValidation: async req => {
@@ -103,4 +125,3 @@ async function proxy (req: FastifyRequest, reply: FastifyReply, spec: RouteSpec,
     reply.raw.off('close', onClose)
   }
 }
-

@@ -4,6 +4,7 @@ import { loggerOptions } from '../shared/http-app.ts'
 import { LANE_NAMES, laneLimits, type LaneLimits, type LaneName } from '../shared/lanes.ts'
 import { buildApp } from './app.ts'
 import { fileKeySource } from './auth.ts'
+import { RETRY_GUARD_DEFAULTS } from './retry-guard.ts'
 
 const cfg = loadConfig(Type.Object({
   GATEWAY_PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 8080 }),
@@ -12,6 +13,12 @@ const cfg = loadConfig(Type.Object({
   CARD_AUTH_URL: Type.String({ default: 'http://127.0.0.1:8101', pattern: '^https?://' }),
   FRAUD_URL: Type.String({ default: 'http://127.0.0.1:8102', pattern: '^https?://' }),
   TAX_URL: Type.String({ default: 'http://127.0.0.1:8103', pattern: '^https?://' }),
+  RETRY_PER_KEY_ATTEMPTS: Type.Integer({ default: RETRY_GUARD_DEFAULTS.perKeyAttempts, minimum: 1, maximum: 100 }),
+  RETRY_WINDOW_MS: Type.Integer({ default: RETRY_GUARD_DEFAULTS.windowMs, minimum: 100, maximum: 3_600_000 }),
+  RETRY_BUDGET_RATIO: Type.Number({ default: RETRY_GUARD_DEFAULTS.budgetRatio, minimum: 0, maximum: 1 }),
+  RETRY_BUDGET_FLOOR: Type.Integer({ default: RETRY_GUARD_DEFAULTS.budgetFloor, minimum: 0, maximum: 1_000_000 }),
+  CLIENT_RATE_MAX: Type.Integer({ default: RETRY_GUARD_DEFAULTS.clientRateMax, minimum: 1, maximum: 10_000_000 }),
+  CLIENT_RATE_WINDOW_MS: Type.Integer({ default: RETRY_GUARD_DEFAULTS.clientRateWindowMs, minimum: 100, maximum: 3_600_000 }),
 }), process.env)
 
 const limits = Object.fromEntries(LANE_NAMES.map(n => [n, laneLimits(n)])) as Record<LaneName, LaneLimits>
@@ -20,6 +27,11 @@ const { app } = await buildApp({
   limits,
   laneUrls: { 'card-auth': cfg.CARD_AUTH_URL, fraud: cfg.FRAUD_URL, tax: cfg.TAX_URL },
   keys,
+  retry: {
+    ...RETRY_GUARD_DEFAULTS,
+    perKeyAttempts: cfg.RETRY_PER_KEY_ATTEMPTS, windowMs: cfg.RETRY_WINDOW_MS, budgetRatio: cfg.RETRY_BUDGET_RATIO,
+    budgetFloor: cfg.RETRY_BUDGET_FLOOR, clientRateMax: cfg.CLIENT_RATE_MAX, clientRateWindowMs: cfg.CLIENT_RATE_WINDOW_MS,
+  },
   logger: loggerOptions(),
 })
 await app.listen({ port: cfg.GATEWAY_PORT, host: cfg.GATEWAY_HOST })

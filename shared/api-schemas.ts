@@ -42,3 +42,47 @@ export const TaxQuoteRequest = Type.Object({
 export type TaxQuoteRequest = Static<typeof TaxQuoteRequest>
 
 export const IdParams = Type.Object({ id: Uuid }, { additionalProperties: false })
+
+// Response shapes, for the OpenAPI document (the gateway forwards lane bytes as they are).
+const Timestamp = Type.String({ format: 'date-time' })
+
+export const AuthorizationResponse = Type.Object({
+  id: Uuid,
+  status: Type.String({ enum: ['approved', 'declined'] }),
+  declineReason: Type.Optional(Type.String({ enum: ['insufficient_funds', 'unknown_card', 'card_inactive', 'currency_mismatch'] })),
+  amount: Money,
+  merchantId: MerchantId,
+  cardToken: CardToken,
+  createdAt: Timestamp,
+})
+
+const Reason = Type.Object({ rule: Type.String(), points: Type.Integer(), detail: Type.String() })
+export const ScreeningResponse = Type.Object({
+  id: Uuid,
+  mode: Type.String({ enum: ['sync', 'async'] }),
+  status: Type.String({ enum: ['queued', 'final'] }),
+  score: Type.Optional(Type.Integer({ minimum: 0, maximum: 100 })),
+  decision: Type.Optional(Type.String({ enum: ['approve', 'review', 'decline'] })),
+  reasons: Type.Optional(Type.Array(Reason)),
+})
+
+export const TaxQuoteResponse = Type.Object({
+  id: Uuid,
+  jurisdiction: Jurisdiction,
+  rate: Type.Number({ minimum: 0, maximum: 1 }),
+  tax: Money,
+  total: Money,
+  amount: Money,
+  source: Type.String({ enum: ['provider', 'compensation'] }),
+  tableVersion: Type.Optional(Type.String()),
+})
+
+/** RFC 9457 problem details, with the fleet's `code`; extension members allowed. */
+export const Problem = Type.Object({
+  type: Type.String(),
+  title: Type.String(),
+  status: Type.Integer(),
+  detail: Type.String(),
+  instance: Type.String(),
+  code: Type.String({ pattern: '^ERR_[A-Z_]+$' }),
+}, { additionalProperties: true })

@@ -3,7 +3,8 @@
 // and logs that never carry bodies or credentials.
 import crypto from 'node:crypto'
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
-import { installProblemHandlers } from './problem.ts'
+import { AppError } from './errors.ts'
+import { installProblemHandlers, problemBody } from './problem.ts'
 
 export interface HttpAppOptions {
   logger?: FastifyServerOptions['logger']
@@ -24,11 +25,26 @@ export function createHttpApp (opts: HttpAppOptions = {}): FastifyInstance {
       return typeof given === 'string' && REQUEST_ID.test(given) ? given : crypto.randomUUID()
     },
     requestIdLogLabel: 'requestId',
-    return503OnClosing: true,
+    // Our own 503 while draining (below) carries Retry-After and a problem body.
+    return503OnClosing: false,
+    // A request the HTTP parser refuses (e.g. 16 KiB of headers) still gets problem+json.
+    clientErrorHandler: (err: Error & { code?: string }, socket) => {
+      if (!socket.writable) return
+      const appErr = err.code === 'HPE_HEADER_OVERFLOW'
+        ? new AppError('ERR_HEADERS_TOO_LARGE')
+        : new AppError('ERR_VALIDATION', { detail: 'malformed HTTP request' })
+      const body = JSON.stringify(problemBody(appErr, 'urn:watertight:request:unparsed'))
+      socket.end(`HTTP/1.1 ${appErr.status} ${appErr.status === 431 ? 'Request Header Fields Too Large' : 'Bad Request'}\r\ncontent-type: application/problem+json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`)
+    },
     forceCloseConnections: opts.forceCloseConnections ?? 'idle',
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false, allErrors: false, useDefaults: true } },
   })
   app.addHook('onSend', async (req, reply) => { reply.header('x-request-id', req.id) })
+  let closing = false
+  app.addHook('preClose', async () => { closing = true })
+  app.addHook('onRequest', async (_req, reply) => {
+    if (closing) { reply.header('connection', 'close'); throw new AppError('ERR_SHUTTING_DOWN') }
+  })
   // JSON only: Fastify's default text/plain parser would let a string body reach validation.
   app.removeContentTypeParser('text/plain')
   installProblemHandlers(app)

@@ -54,8 +54,11 @@ cases.push(
 )
 
 t.test('every bad request gets a problem+json 4xx with its code', async t => {
+  let i = 0
   for (const c of cases) {
-    const r = await call(gw + c.path, { method: c.method ?? 'POST', headers: c.headers, ...(c.raw !== undefined ? { raw: c.raw } : {}), ...(c.json !== undefined ? { json: c.json } : {}) })
+    // A distinct Idempotency-Key per case: reusing one would (rightly) trip the retry-storm guard.
+    const headers = c.headers?.['idempotency-key'] === 'bad-1' ? { ...c.headers, 'idempotency-key': `bad-${++i}` } : c.headers
+    const r = await call(gw + c.path, { method: c.method ?? 'POST', headers, ...(c.raw !== undefined ? { raw: c.raw } : {}), ...(c.json !== undefined ? { json: c.json } : {}) })
     t.equal(r.status, c.status, `${c.path} ${c.name}: status`)
     t.equal(r.body?.code, c.code, `${c.path} ${c.name}: code`)
     t.match(r.headers['content-type'], /^application\/problem\+json/, `${c.path} ${c.name}: problem+json`)

@@ -15,6 +15,8 @@ export interface Fleet {
   lanes: Partial<Record<LaneName, Proc>>
   gateway: Proc
   apiKey: string
+  /** A key for another client; live once the gateway reloads its key file (within 2 s). */
+  addClient (clientId: string): Promise<string>
   /** POST/GET through the gateway as the test client. */
   post (path: string, json: unknown, key?: string, headers?: Record<string, string>): Promise<Res>
   get (path: string): Promise<Res>
@@ -45,6 +47,15 @@ export async function startFleet (t: Test, db: TestDb, opts: { lanes?: LaneName[
   let n = 0
   return {
     sandbox, lanes, gateway, apiKey, startLane,
+    addClient: async clientId => {
+      const key = createKey(keysFile, clientId)
+      const until = Date.now() + 10_000
+      while (Date.now() < until) {
+        if ((await call(gateway.url + '/v1/tax/quotes/00000000-0000-4000-8000-000000000000', { headers: { authorization: `Bearer ${key}` } })).status !== 401) return key
+        await new Promise(r => setTimeout(r, 200))
+      }
+      throw new Error('gateway did not pick up the new key')
+    },
     post: (p, json, key = `k-${process.pid}-${++n}`, headers = {}) => call(gateway.url + p, { json, headers: { authorization: `Bearer ${apiKey}`, 'idempotency-key': key, ...headers } }),
     get: p => call(gateway.url + p, { headers: { authorization: `Bearer ${apiKey}` } }),
     status: async lane => (await call(lanes[lane]!.url + '/status')).body,

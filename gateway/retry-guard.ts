@@ -1,0 +1,93 @@
+// Retry-storm defence (ADV-IR-01, INV-BH-04), before any request reaches a lane.
+// A retry is a request whose (client, Idempotency-Key) was seen before.
+//  - per key: the 5th attempt of one (client, key) within 10 s — a 4th retry —
+//    gets 429 ERR_RETRY_STORM_BLOCKED (an @fastify/rate-limit limiter keyed by
+//    client and key);
+//  - retry budget: a client's retries may be at most `budgetRatio` of its
+//    requests in the window, with a floor so a quiet client can still retry;
+//  - client rate: a plain per-client request rate (@fastify/rate-limit).
+// Counters live in this process's memory: with N gateway replicas each holds
+// its own, so the per-key limit is per replica unless the plugin's Redis store
+// is configured (README "Retry storms").
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import rateLimit from '@fastify/rate-limit'
+import { AppError } from '../shared/errors.ts'
+
+export interface RetryGuardConfig {
+  /** Attempts of one (client, key) allowed per window: 4 = the first try and 3 retries. */
+  perKeyAttempts: number
+  windowMs: number
+  /** Retries may be at most this share of the client's requests in the window. */
+  budgetRatio: number
+  /** …but a client may always make this many retries per window. */
+  budgetFloor: number
+  clientRateMax: number
+  clientRateWindowMs: number
+  /** How many (client, key) pairs are remembered to recognise retries. */
+  seenCapacity: number
+}
+
+export const RETRY_GUARD_DEFAULTS: Readonly<RetryGuardConfig> = Object.freeze({
+  perKeyAttempts: 4, windowMs: 10_000, budgetRatio: 0.2, budgetFloor: 10,
+  clientRateMax: 5_000, clientRateWindowMs: 1_000, seenCapacity: 200_000,
+})
+
+export type BlockReason = 'retry_storm' | 'retry_budget' | 'client_rate'
+
+interface Window { start: number, requests: number, retries: number }
+
+type Limiter = (req: FastifyRequest) => Promise<{ isAllowed: boolean, isExceeded?: boolean, ttlInSeconds?: number }>
+
+export async function retryGuard (app: FastifyInstance, cfg: RetryGuardConfig, onBlock: (reason: BlockReason) => void) {
+  await app.register(rateLimit, { global: false })
+  const create = (app as unknown as { createRateLimit (o: object): Limiter }).createRateLimit
+  const clientOf = (req: FastifyRequest): string => (req as FastifyRequest & { clientId: string }).clientId
+  const perKey = create({ max: cfg.perKeyAttempts, timeWindow: cfg.windowMs, keyGenerator: (req: FastifyRequest) => `k:${clientOf(req)}:${String(req.headers['idempotency-key'])}` })
+  const perClient = create({ max: cfg.clientRateMax, timeWindow: cfg.clientRateWindowMs, keyGenerator: (req: FastifyRequest) => `c:${clientOf(req)}` })
+
+  // Insertion-ordered Map as a bounded memory of seen keys: the oldest go first.
+  const seen = new Map<string, number>()
+  const windows = new Map<string, Window>()
+  const windowSec = Math.ceil(cfg.windowMs / 1000)
+
+  const block = (reason: BlockReason, detail: string, policy: string, q: number, w: number, ttl: number, code: 'ERR_RETRY_STORM_BLOCKED' | 'ERR_CLIENT_RATE_LIMITED'): never => {
+    onBlock(reason)
+    const retryAfter = code === 'ERR_RETRY_STORM_BLOCKED' ? Math.max(5, ttl) : Math.max(1, ttl)
+    throw new AppError(code, {
+      detail,
+      headers: { 'retry-after': String(retryAfter), 'ratelimit-policy': `"${policy}";q=${q};w=${w}`, ratelimit: `"${policy}";r=0;t=${ttl}` },
+      extensions: { 'violated-policies': [policy], reason },
+    })
+  }
+
+  return async function guard (req: FastifyRequest): Promise<void> {
+    const client = clientOf(req)
+    const rate = await perClient(req)
+    if (!rate.isAllowed && rate.isExceeded) block('client_rate', `more than ${cfg.clientRateMax} requests in ${cfg.clientRateWindowMs} ms`, 'client-rate', cfg.clientRateMax, Math.ceil(cfg.clientRateWindowMs / 1000), rate.ttlInSeconds ?? 1, 'ERR_CLIENT_RATE_LIMITED')
+    const key = req.headers['idempotency-key']
+    if (req.method !== 'POST' || typeof key !== 'string') return
+
+    const now = Date.now()
+    let win = windows.get(client)
+    if (!win || now - win.start >= cfg.windowMs) { win = { start: now, requests: 0, retries: 0 }; windows.set(client, win) }
+    win.requests++
+    const seenKey = `${client}\u0000${key}`
+    const isRetry = seen.has(seenKey)
+    seen.delete(seenKey)
+    seen.set(seenKey, now)
+    if (seen.size > cfg.seenCapacity) seen.delete(seen.keys().next().value as string)
+
+    const attempts = await perKey(req)
+    if (!attempts.isAllowed && attempts.isExceeded) {
+      block('retry_storm', `more than ${cfg.perKeyAttempts - 1} retries of this Idempotency-Key within ${windowSec} s`, 'retry-storm', cfg.perKeyAttempts, windowSec, attempts.ttlInSeconds ?? windowSec, 'ERR_RETRY_STORM_BLOCKED')
+    }
+    if (isRetry) {
+      const allowed = Math.max(cfg.budgetFloor, Math.floor(cfg.budgetRatio * win.requests))
+      if (win.retries + 1 > allowed) {
+        const ttl = Math.max(1, Math.ceil((win.start + cfg.windowMs - now) / 1000))
+        block('retry_budget', `retries are limited to ${Math.round(cfg.budgetRatio * 100)}% of this client's requests (at least ${cfg.budgetFloor}) per ${windowSec} s`, 'retry-budget', allowed, windowSec, ttl, 'ERR_RETRY_STORM_BLOCKED')
+      }
+      win.retries++
+    }
+  }
+}
