@@ -1,0 +1,34 @@
+// API keys: created and revoked with `npm run keys`, stored only as SHA-256,
+// picked up by a running gateway without a restart.
+import { execFile } from 'node:child_process'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { promisify } from 'node:util'
+import t from 'tap'
+import { testDatabase } from './helpers/db.ts'
+import { call, eventually } from './helpers/http.ts'
+import { ROOT, startProcess } from './helpers/procs.ts'
+
+const run = promisify(execFile)
+const db = await testDatabase(t)
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wt-keys-'))
+t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
+const file = path.join(dir, 'api-keys.json')
+const keys = (...args: string[]) => run(process.execPath, ['--import', 'tsx', 'gateway/keys-cli.ts', ...args], { cwd: ROOT, env: { ...process.env, API_KEYS_FILE: file } })
+
+t.test('create, use, list and revoke a key', async t => {
+  const { stdout } = await keys('create', 'shop-eu')
+  const key = stdout.trim()
+  t.match(key, /^wt_[A-Za-z0-9_-]{43}$/)
+  t.notOk(fs.readFileSync(file, 'utf8').includes(key), 'the key itself is not stored')
+  t.equal(fs.statSync(file).mode & 0o777, 0o600, 'key file is 0600')
+  const gw = await startProcess(t, 'gateway', 'gateway/main.ts', { ...db.env, GATEWAY_PORT: '0', GATEWAY_HOST: '127.0.0.1', API_KEYS_FILE: file, CARD_AUTH_URL: 'http://127.0.0.1:9', FRAUD_URL: 'http://127.0.0.1:9', TAX_URL: 'http://127.0.0.1:9' })
+  const probe = () => call(gw.url + '/v1/tax/quotes/00000000-0000-4000-8000-000000000000', { headers: { authorization: `Bearer ${key}` } })
+  t.equal((await probe()).body.code, 'ERR_LANE_UNAVAILABLE', 'authenticated (the lane is simply not running)')
+  t.match((await keys('list')).stdout, /shop-eu\t[0-9a-f]{12}…\tcreated .*\tlive/)
+  t.match((await keys('revoke', 'shop-eu')).stdout, /revoked 1 key/)
+  t.ok(await eventually(async () => (await probe()).status === 401, 6_000, 200), 'a revoked key is refused without a gateway restart')
+  await t.rejects(keys('revoke', 'nobody'), 'revoking an unknown client fails')
+  await t.rejects(keys('create', 'bad id!'), 'a bad client id is refused')
+})

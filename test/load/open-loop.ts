@@ -1,0 +1,95 @@
+// Open-loop load: requests are scheduled at a fixed arrival rate whatever the
+// server does, and each latency is measured from the request's *scheduled* send
+// time, so queueing anywhere (client pool, gateway, lane) is counted — no
+// coordinated omission. Latencies go into an HDR histogram (hdr-histogram-js)
+// in microseconds.
+//
+// Why our own scheduler on undici rather than a load tool: loadtest (the
+// open-loop npm tool) measures from the actual send and keeps a 1 ms histogram,
+// too coarse for a gateway that adds well under a millisecond; several mixes at
+// their own rates in one process (the drill) also need a library, not a CLI.
+// test/open-loop.test.ts checks that it holds its rate.
+import * as hdr from 'hdr-histogram-js'
+
+export interface OpenLoopOptions {
+  /** Requests per second. */
+  rate: number
+  durationMs: number
+  /** Sends request i; resolves to an HTTP status (or throws on a transport error). */
+  send (i: number): Promise<number>
+}
+
+export interface OpenLoopResult {
+  rate: number
+  scheduled: number
+  completed: number
+  /** status (or 'error') -> count */
+  statuses: Record<string, number>
+  /** Latency from scheduled send time, microseconds. */
+  histogram: hdr.Histogram
+  /** Achieved send rate over the run (requests/s). */
+  sentRate: number
+  /** Worst lag of a send behind its schedule (ms). */
+  maxSendLagMs: number
+  perSecond: Array<{ second: number, count: number, p99Ms: number, errors: number }>
+}
+
+export function newHistogram (): hdr.Histogram {
+  return hdr.build({ lowestDiscernibleValue: 1, highestTrackableValue: 600_000_000, numberOfSignificantValueDigits: 3 })
+}
+
+export async function runOpenLoop (o: OpenLoopOptions): Promise<OpenLoopResult> {
+  const n = Math.floor((o.rate * o.durationMs) / 1000)
+  const interval = 1000 / o.rate
+  const histogram = newHistogram()
+  const seconds = new Map<number, { h: hdr.Histogram, count: number, errors: number }>()
+  const statuses: Record<string, number> = {}
+  const inflight: Promise<void>[] = []
+  let maxLag = 0
+  let completed = 0
+  const start = performance.now()
+
+  const fire = (i: number, scheduled: number): Promise<void> => {
+    const sec = Math.floor((scheduled - start) / 1000)
+    let s = seconds.get(sec)
+    if (!s) { s = { h: newHistogram(), count: 0, errors: 0 }; seconds.set(sec, s) }
+    const slot = s
+    return o.send(i).then(status => String(status), () => 'error').then(status => {
+      const us = Math.max(1, Math.round((performance.now() - scheduled) * 1000))
+      histogram.recordValue(us)
+      slot.h.recordValue(us)
+      slot.count++
+      if (status === 'error' || Number(status) >= 500) slot.errors++
+      statuses[status] = (statuses[status] ?? 0) + 1
+      completed++
+    })
+  }
+
+  let i = 0
+  while (i < n) {
+    const now = performance.now()
+    while (i < n && start + i * interval <= now) {
+      const scheduled = start + i * interval
+      maxLag = Math.max(maxLag, now - scheduled)
+      inflight.push(fire(i, scheduled))
+      i++
+    }
+    await new Promise(r => setTimeout(r, Math.max(0, Math.min(1, start + i * interval - performance.now()))))
+  }
+  const sentAt = performance.now()
+  await Promise.all(inflight)
+  return {
+    rate: o.rate,
+    scheduled: n,
+    completed,
+    statuses,
+    histogram,
+    sentRate: n / ((sentAt - start) / 1000),
+    maxSendLagMs: maxLag,
+    perSecond: [...seconds.entries()].sort((a, b) => a[0] - b[0]).map(([second, s]) => ({ second, count: s.count, p99Ms: s.h.getValueAtPercentile(99) / 1000, errors: s.errors })),
+  }
+}
+
+export function summary (h: hdr.Histogram): { p50Ms: number, p99Ms: number, maxMs: number, count: number } {
+  return { p50Ms: h.getValueAtPercentile(50) / 1000, p99Ms: h.getValueAtPercentile(99) / 1000, maxMs: h.maxValue / 1000, count: h.totalCount }
+}
