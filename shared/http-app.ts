@@ -24,7 +24,6 @@ export function createHttpApp (opts: HttpAppOptions = {}): FastifyInstance {
       const given = req.headers['x-request-id']
       return typeof given === 'string' && REQUEST_ID.test(given) ? given : crypto.randomUUID()
     },
-    requestIdLogLabel: 'requestId',
     // Our own 503 while draining (below) carries Retry-After and a problem body.
     return503OnClosing: false,
     // A request the HTTP parser refuses (e.g. 16 KiB of headers) still gets problem+json.
