@@ -4,9 +4,11 @@
 // decides admission.
 import type { FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify'
 import swagger from '@fastify/swagger'
+import underPressure from '@fastify/under-pressure'
 import client from 'prom-client'
 import { IdParams, Problem } from '../shared/api-schemas.ts'
 import { createHttpApp } from '../shared/http-app.ts'
+import { problemReply } from '../shared/problem.ts'
 import { AppError } from '../shared/errors.ts'
 import { LATENCY_BUCKETS, createRegistry } from '../shared/metrics.ts'
 import type { LaneLimits, LaneName } from '../shared/lanes.ts'
@@ -21,6 +23,8 @@ export interface GatewayConfig {
   laneUrls: Record<LaneName, string>
   keys: KeySource
   retry?: RetryGuardConfig
+  /** Shed at the edge when the gateway's own event loop lags this much (ms). */
+  maxEventLoopDelayMs?: number
   logger?: FastifyServerOptions['logger']
 }
 
@@ -37,6 +41,8 @@ export async function buildApp (cfg: GatewayConfig) {
   const unavailable = new client.Counter({ name: 'gateway_lane_unavailable_total', help: 'Requests failed fast because a lane was down or its cap was full', labelNames: ['lane', 'reason'], registers: [registry] })
   const blocked = new client.Counter({ name: 'gateway_retry_storm_blocked_total', help: 'Requests blocked at the gateway by the retry-storm guard, the retry budget or the client rate limit', labelNames: ['reason'], registers: [registry] })
 
+  const shed = new client.Counter({ name: 'gateway_shed_total', help: 'Requests the gateway shed for its own sake', labelNames: ['reason'], registers: [registry] })
+
   await app.register(swagger, {
     openapi: {
       info: { title: 'watertight data plane', version: '1', description: 'Payment ingress: card authorization, fraud screening, tax quotes. Every error is application/problem+json with a stable code (README, Error codes).' },
@@ -44,9 +50,19 @@ export async function buildApp (cfg: GatewayConfig) {
       security: [{ apiKey: [] }],
     },
   })
+  // The gateway sheds for itself too: when its event loop lags, queueing more
+  // requests only adds latency to every lane's traffic.
+  await app.register(underPressure, {
+    maxEventLoopDelay: cfg.maxEventLoopDelayMs ?? 500,
+    retryAfter: 1,
+    pressureHandler: (_req, reply, type) => {
+      shed.inc({ reason: 'under_pressure' })
+      return problemReply(reply, new AppError('ERR_GATEWAY_OVERLOADED', { detail: `gateway under pressure (${type})` })) as unknown as void
+    },
+  })
   const guard = await retryGuard(app, cfg.retry ?? RETRY_GUARD_DEFAULTS, reason => blocked.inc({ reason }))
 
-  const ops = { schema: { hide: true } }
+  const ops = { schema: { hide: true }, config: { pressureHandler: () => undefined } }
   app.get('/health/live', ops, async () => ({ status: 'ok' }))
   app.get('/health/ready', ops, async () => ({ status: 'ready' }))
   app.get('/metrics', ops, async (_req, reply) => { reply.type(registry.contentType); return registry.metrics() })

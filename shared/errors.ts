@@ -30,6 +30,7 @@ export const ERRORS = Object.freeze({
   ERR_TAX_PROVIDER_FAILED: { status: 503, title: 'Tax provider failed and no certified compensation is available', retryAfter: 5 },
   ERR_UNKNOWN_JURISDICTION: { status: 422, title: 'Unknown tax jurisdiction' },
   ERR_LANE_OVERLOADED: { status: 503, title: 'Lane process is under pressure', type: 'temporary-reduced-capacity', retryAfter: 5 },
+  ERR_GATEWAY_OVERLOADED: { status: 503, title: 'Gateway process is under pressure', type: 'temporary-reduced-capacity', retryAfter: 1 },
   ERR_LANE_UNAVAILABLE: { status: 503, title: 'Lane is unreachable', retryAfter: 5 },
   ERR_DEADLINE_EXCEEDED: { status: 504, title: 'Execution exceeded the lane deadline' },
   ERR_RETRY_STORM_BLOCKED: { status: 429, title: 'Too many retries of one Idempotency-Key, or over the client retry budget', type: 'quota-exceeded', retryAfter: 5 },
