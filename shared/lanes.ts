@@ -30,6 +30,13 @@ export const LANE_DEFAULTS: Readonly<Record<LaneName, LaneDefaults>> = Object.fr
   tax: { priority: 'P2', permits: 15, queue: 0, queueWaitMs: 0, poolMax: 5, role: 'tax_ds', schema: 'tax', port: 8103 },
 })
 
+/** The job queues each lane owns (its async work; the worker loads services/<lane>/jobs). */
+export const LANE_QUEUES: Readonly<Record<LaneName, readonly string[]>> = Object.freeze({
+  'card-auth': [],
+  fraud: ['fraud-async'],
+  tax: ['tax-reconcile'],
+})
+
 /** The queue worker's role owns only the queue schema. */
 export const JOBS_ROLE = Object.freeze({ role: 'jobs_ds', schema: 'jobs', poolMax: 10 })
 
@@ -124,11 +131,12 @@ export function laneLimits (lane: LaneName, env: Record<string, string | undefin
 }
 
 /** Every DB role of the fleet with its fleet-wide connection limit, derived from the lane table. */
-export function dbRoles (env: Record<string, string | undefined> = process.env): Array<{ role: string, schema: string, connectionLimit: number, statementTimeoutMs: number, idleInTxTimeoutMs: number }> {
+export function dbRoles (env: Record<string, string | undefined> = process.env): Array<{ role: string, schema: string, connectionLimit: number, statementTimeoutMs: number, idleInTxTimeoutMs: number, enqueues: boolean }> {
   const prefix = env.ROLE_PREFIX ?? ''
   const lanes = LANE_NAMES.map(n => laneLimits(n, env)).map(l => ({
     role: l.db.role, schema: l.db.schema, connectionLimit: l.db.roleConnectionLimit, statementTimeoutMs: l.db.statementTimeoutMs, idleInTxTimeoutMs: l.db.idleInTxTimeoutMs,
+    enqueues: LANE_QUEUES[l.lane].length > 0,
   }))
   const jobsLimit = Number(env.JOBS_POOL_MAX ?? JOBS_ROLE.poolMax)
-  return [...lanes, { role: prefix + JOBS_ROLE.role, schema: JOBS_ROLE.schema, connectionLimit: jobsLimit, statementTimeoutMs: 5_000, idleInTxTimeoutMs: 10_000 }]
+  return [...lanes, { role: prefix + JOBS_ROLE.role, schema: JOBS_ROLE.schema, connectionLimit: jobsLimit, statementTimeoutMs: 5_000, idleInTxTimeoutMs: 10_000, enqueues: false }]
 }

@@ -2,11 +2,12 @@
 // template database is migrated.
 import { spawn } from 'node:child_process'
 import fs from 'node:fs'
-import { STATE_FILE } from './state.ts'
+import { RUN_ID, STATE_FILE } from './state.ts'
 
 fs.rmSync(STATE_FILE, { force: true })
 const child = spawn(process.execPath, ['--import', 'tsx', 'test/setup/pg-daemon.ts'], {
   detached: true,
+  env: { ...process.env, WT_TEST_RUNNER_PID: RUN_ID },
   stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
 })
 await new Promise<void>((resolve, reject) => {

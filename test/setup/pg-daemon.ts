@@ -10,9 +10,9 @@ import pg from 'pg'
 import { freePort } from '../helpers/procs.ts'
 import { startEmbedded } from '../../shared/db/embedded.ts'
 import { migrate } from '../../shared/db/migrate.ts'
-import { STATE_FILE, TEMPLATE_DB, TEMPLATE_ROLE_PREFIX, templatePasswords } from './state.ts'
+import { DATA_DIR, RUN_ID, STATE_FILE, TEMPLATE_DB, TEMPLATE_ROLE_PREFIX, templatePasswords } from './state.ts'
 
-const dataDir = path.resolve('.data/test-pg')
+const dataDir = DATA_DIR
 fs.rmSync(dataDir, { recursive: true, force: true })
 const password = crypto.randomBytes(12).toString('hex')
 let stop: () => Promise<void> = async () => {}
@@ -42,8 +42,16 @@ try {
   process.exit(1)
 }
 
-const shutdown = (): void => { stop().finally(() => { fs.rmSync(STATE_FILE, { force: true }); process.exit(0) }) }
+let stopping = false
+const shutdown = (): void => {
+  if (stopping) return
+  stopping = true
+  stop().finally(() => { fs.rmSync(STATE_FILE, { force: true }); fs.rmSync(dataDir, { recursive: true, force: true }); process.exit(0) })
+}
 process.on('SIGTERM', shutdown)
 process.on('SIGINT', shutdown)
 process.on('disconnect', () => {})
-setInterval(() => {}, 1 << 30)
+// If the tap runner dies without running `after` (killed, timed out), stop anyway.
+setInterval(() => {
+  try { process.kill(Number(RUN_ID), 0) } catch { shutdown() }
+}, 2_000)

@@ -1,7 +1,12 @@
 import path from 'node:path'
 import { dbRoles } from '../../shared/lanes.ts'
 
-export const STATE_FILE = path.resolve('.data/test-pg-state.json')
+// One tap run = one runner process, the parent of `before`, every test file and
+// `after`: its pid keys the run's state, so two runs in one checkout never
+// share (or stop) each other's server.
+export const RUN_ID = process.env.WT_TEST_RUNNER_PID ?? String(process.ppid)
+export const STATE_FILE = path.resolve(`.data/test-pg-state-${RUN_ID}.json`)
+export const DATA_DIR = path.resolve(`.data/test-pg-${RUN_ID}`)
 export const TEMPLATE_DB = 'wt_template'
 export const TEMPLATE_ROLE_PREFIX = 'tpl_'
 

@@ -1,0 +1,45 @@
+// The worker's HTTP side: health, status and Prometheus metrics. Queue gauges
+// are read from PostgreSQL at scrape time (one small query), so every worker
+// reports the fleet-wide truth, not its own view.
+import type { FastifyServerOptions } from 'fastify'
+import client from 'prom-client'
+import type pg from 'pg'
+import { createHttpApp } from '../../shared/http-app.ts'
+import { createRegistry } from '../../shared/metrics.ts'
+import { queueStats } from '../../shared/queue/admin.ts'
+import type { Worker } from './runner.ts'
+
+export function buildApp (o: { worker: Worker, pool: pg.Pool, logger?: FastifyServerOptions['logger'] }) {
+  const app = createHttpApp({ logger: o.logger })
+  const registry = createRegistry('worker')
+  const mine = new Set(Object.keys(o.worker.runningByQueue()))
+  const stats = async () => (await queueStats(o.pool)).filter(s => mine.has(s.name))
+  new client.Gauge({
+    name: 'queue_jobs', help: 'Jobs by queue and status (dead = in jobs_dead)', labelNames: ['queue', 'status'], registers: [registry],
+    async collect () { for (const s of await stats()) for (const [st, n] of Object.entries(s.jobs)) this.set({ queue: s.name, status: st }, n) },
+  })
+  new client.Gauge({
+    name: 'queue_max_workers', help: 'MaxWorkers of the queue (-1 = unlimited)', labelNames: ['queue'], registers: [registry],
+    async collect () { for (const s of await stats()) this.set({ queue: s.name }, s.maxWorkers ?? -1) },
+  })
+  new client.Gauge({
+    name: 'queue_oldest_pending_age_seconds', help: 'Age of the oldest due pending job', labelNames: ['queue'], registers: [registry],
+    async collect () { for (const s of await stats()) this.set({ queue: s.name }, s.oldestPendingAgeSeconds) },
+  })
+  new client.Gauge({
+    name: 'queue_worker_running', help: 'Jobs this worker process is running', labelNames: ['queue'], registers: [registry],
+    collect () { for (const [q, n] of Object.entries(o.worker.runningByQueue())) this.set({ queue: q }, n) },
+  })
+  const rescued = new client.Counter({ name: 'queue_zombies_rescued_total', help: 'Zombie jobs rescued by this worker', labelNames: ['queue'], registers: [registry] })
+  const duration = new client.Histogram({ name: 'queue_job_duration_seconds', help: 'Job run time by outcome', labelNames: ['queue', 'type', 'outcome'], buckets: [0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120], registers: [registry] })
+  o.worker.on('job', (e: { queue: string, type: string, outcome: string, seconds: number }) => duration.observe({ queue: e.queue, type: e.type, outcome: e.outcome }, e.seconds))
+  o.worker.on('rescued', (r: { byQueue: Record<string, number> }) => { for (const [q, n] of Object.entries(r.byQueue)) rescued.inc({ queue: q }, n) })
+
+  app.get('/health/live', async () => ({ status: 'ok' }))
+  app.get('/health/ready', async (_req, reply) => {
+    try { await o.pool.query('select 1'); return { status: 'ready' } } catch (err) { reply.code(503).header('retry-after', '5'); return { status: 'unready', db: (err as Error).message } }
+  })
+  app.get('/status', async () => ({ workerId: o.worker.id, running: o.worker.runningByQueue(), ...o.worker.stats, pid: process.pid }))
+  app.get('/metrics', async (_req, reply) => { reply.type(registry.contentType); return registry.metrics() })
+  return app
+}

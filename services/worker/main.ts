@@ -1,0 +1,72 @@
+// A generic job host: `--queues fraud-async` (or WORKER_QUEUES) serves those
+// queues with the job types of the lanes that own them (services/<lane>/jobs/)
+// plus the built-ins. It connects as jobs_ds, which owns only the queue schema.
+import { existsSync } from 'node:fs'
+import path from 'node:path'
+import { parseArgs } from 'node:util'
+import pg from 'pg'
+import { Type } from 'typebox'
+import { loadConfig } from '../../shared/config.ts'
+import { loggerOptions } from '../../shared/http-app.ts'
+import { JOBS_ROLE, LANE_NAMES, LANE_QUEUES } from '../../shared/lanes.ts'
+import { buildApp } from './app.ts'
+import { BUILTIN_JOBS } from './builtin-jobs.ts'
+import type { JobType } from './job-types.ts'
+import { Worker } from './runner.ts'
+
+const cfg = loadConfig(Type.Object({
+  DATABASE_URL: Type.String({ minLength: 1 }),
+  WORKER_QUEUES: Type.String({ default: '' }),
+  WORKER_SLOTS: Type.Integer({ default: 20, minimum: 1, maximum: 1_000 }),
+  WORKER_PORT: Type.Integer({ default: 8104, minimum: 0, maximum: 65535 }),
+  WORKER_HOST: Type.String({ default: '127.0.0.1' }),
+  WORKER_POLL_MS: Type.Integer({ default: 1_000, minimum: 10, maximum: 60_000 }),
+  WORKER_HEARTBEAT_MS: Type.Integer({ default: 2_000, minimum: 10, maximum: 60_000 }),
+  WORKER_RESCUE_MS: Type.Integer({ default: 5_000, minimum: 10, maximum: 600_000 }),
+  WORKER_BACKOFF_BASE_MS: Type.Integer({ default: 1_000, minimum: 1, maximum: 600_000 }),
+  WORKER_BACKOFF_CAP_MS: Type.Integer({ default: 300_000, minimum: 1, maximum: 86_400_000 }),
+  // The jobs_ds role's fleet-wide CONNECTION LIMIT, shared by every worker process.
+  JOBS_POOL_MAX: Type.Integer({ default: JOBS_ROLE.poolMax, minimum: 2, maximum: 1_000 }),
+  WORKER_REPLICAS: Type.Integer({ default: 1, minimum: 1, maximum: 1_000 }),
+  WORKER_POOL_MAX: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000 })),
+}), process.env)
+const { values } = parseArgs({ options: { queues: { type: 'string' } }, strict: false })
+const queueNames = String(values.queues ?? cfg.WORKER_QUEUES).split(',').map(s => s.trim()).filter(Boolean)
+if (queueNames.length === 0) { console.error('worker: no queues (--queues a,b or WORKER_QUEUES)'); process.exit(2) }
+
+// The only import of lane code from outside a lane: the job types of the lanes that own these queues.
+const types: JobType[] = [...BUILTIN_JOBS]
+for (const lane of LANE_NAMES) {
+  if (!LANE_QUEUES[lane].some(q => queueNames.includes(q))) continue
+  const file = path.resolve(import.meta.dirname, `../${lane}/jobs/index.ts`)
+  if (existsSync(file)) types.push(...((await import(file)) as { JOB_TYPES: JobType[] }).JOB_TYPES)
+}
+
+// This process's share of the role's limit, less one for the LISTEN connection.
+const poolMax = cfg.WORKER_POOL_MAX ?? Math.max(1, Math.floor(cfg.JOBS_POOL_MAX / cfg.WORKER_REPLICAS) - 1)
+const pool = new pg.Pool({ connectionString: cfg.DATABASE_URL, max: poolMax, application_name: 'watertight-worker' })
+const logger = loggerOptions()
+const worker = new Worker({
+  pool, databaseUrl: cfg.DATABASE_URL,
+  queues: Object.fromEntries(queueNames.map(q => [q, cfg.WORKER_SLOTS])),
+  types, pollMs: cfg.WORKER_POLL_MS, heartbeatMs: cfg.WORKER_HEARTBEAT_MS, rescueMs: cfg.WORKER_RESCUE_MS,
+  backoff: { baseMs: cfg.WORKER_BACKOFF_BASE_MS, capMs: cfg.WORKER_BACKOFF_CAP_MS },
+  log: { info: () => {}, warn: (o, m) => app.log.warn(o, m), error: (o, m) => app.log.error(o, m) },
+})
+pool.on('error', err => app.log.error({ err }, 'idle pg client error'))
+const app = buildApp({ worker, pool, logger })
+await worker.start()
+await app.listen({ port: cfg.WORKER_PORT, host: cfg.WORKER_HOST })
+app.log.info({ workerId: worker.id, queues: queueNames, types: types.map(t => t.type) }, 'worker started')
+
+let closing = false
+const stop = (signal: string): void => {
+  if (closing) return
+  closing = true
+  app.log.info({ signal }, 'draining')
+  setTimeout(() => process.exit(1), 30_000).unref()
+  worker.drain().then(() => app.close()).then(() => pool.end()).then(() => process.exit(0), () => process.exit(1))
+}
+process.on('SIGTERM', () => stop('SIGTERM'))
+process.on('SIGINT', () => stop('SIGINT'))
+if (process.send) process.on('disconnect', () => stop('supervisor gone'))
