@@ -40,6 +40,10 @@ export const LANE_QUEUES: Readonly<Record<LaneName, readonly string[]>> = Object
 /** The queue worker's role owns only the queue schema. */
 export const JOBS_ROLE = Object.freeze({ role: 'jobs_ds', schema: 'jobs', poolMax: 10 })
 
+export function jobsRoleName (env: Record<string, string | undefined> = process.env): string {
+  return (env.ROLE_PREFIX ?? '') + JOBS_ROLE.role
+}
+
 export function envPrefix (lane: string): string {
   return lane.toUpperCase().replaceAll('-', '_') + '_'
 }
@@ -132,11 +136,10 @@ export function laneLimits (lane: LaneName, env: Record<string, string | undefin
 
 /** Every DB role of the fleet with its fleet-wide connection limit, derived from the lane table. */
 export function dbRoles (env: Record<string, string | undefined> = process.env): Array<{ role: string, schema: string, connectionLimit: number, statementTimeoutMs: number, idleInTxTimeoutMs: number, enqueues: boolean }> {
-  const prefix = env.ROLE_PREFIX ?? ''
   const lanes = LANE_NAMES.map(n => laneLimits(n, env)).map(l => ({
     role: l.db.role, schema: l.db.schema, connectionLimit: l.db.roleConnectionLimit, statementTimeoutMs: l.db.statementTimeoutMs, idleInTxTimeoutMs: l.db.idleInTxTimeoutMs,
     enqueues: LANE_QUEUES[l.lane].length > 0,
   }))
   const jobsLimit = Number(env.JOBS_POOL_MAX ?? JOBS_ROLE.poolMax)
-  return [...lanes, { role: prefix + JOBS_ROLE.role, schema: JOBS_ROLE.schema, connectionLimit: jobsLimit, statementTimeoutMs: 5_000, idleInTxTimeoutMs: 10_000, enqueues: false }]
+  return [...lanes, { role: jobsRoleName(env), schema: JOBS_ROLE.schema, connectionLimit: jobsLimit, statementTimeoutMs: 5_000, idleInTxTimeoutMs: 10_000, enqueues: false }]
 }

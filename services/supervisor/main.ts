@@ -8,7 +8,7 @@ import pg from 'pg'
 import { Type } from 'typebox'
 import { loadConfig } from '../../shared/config.ts'
 import { bootstrapDatabase, localSecrets } from '../../shared/db/bootstrap.ts'
-import { LANE_NAMES, envPrefix, laneLimits } from '../../shared/lanes.ts'
+import { jobsRoleName, LANE_NAMES, LANE_QUEUES, envPrefix, laneLimits } from '../../shared/lanes.ts'
 import { createKey, hashKey, readKeyFile } from '../../gateway/api-keys.ts'
 import { seedDemoCards } from '../card-auth/seed.ts'
 import { SupervisedChild, waitHealthy, type ChildSpec } from './child.ts'
@@ -21,6 +21,7 @@ const cfg = loadConfig(Type.Object({
   GATEWAY_PORT: Type.Integer({ default: 8080, minimum: 1, maximum: 65535 }),
   DECK_PORT: Type.Integer({ default: 9090, minimum: 1, maximum: 65535 }),
   TAX_SANDBOX_PORT: Type.Integer({ default: 8190, minimum: 1, maximum: 65535 }),
+  WORKER_PORT: Type.Integer({ default: 8104, minimum: 1, maximum: 65535 }),
   QUIET: Type.Boolean({ default: false }),
 }), process.env)
 
@@ -50,12 +51,19 @@ if (!apiKey || !live.has(hashKey(apiKey))) apiKey = createKey(keysFile, 'local-d
 const sandboxUrl = `http://127.0.0.1:${cfg.TAX_SANDBOX_PORT}`
 const laneUrl = Object.fromEntries(LANE_NAMES.map(n => { const l = laneLimits(n); return [n, `http://${l.host}:${l.port}`] }))
 const gatewayUrl = `http://127.0.0.1:${cfg.GATEWAY_PORT}`
+const workerLanes = LANE_NAMES.filter(n => LANE_QUEUES[n].length > 0)
 const specs: ChildSpec[] = [
   { name: 'tax-sandbox', script: 'services/tax-sandbox/main.ts', env: { TAX_SANDBOX_PORT: String(cfg.TAX_SANDBOX_PORT) }, healthUrl: `${sandboxUrl}/health/live` },
   ...LANE_NAMES.map(n => {
     const l = laneLimits(n)
     return { name: n, script: `services/${n}/main.ts`, env: { DATABASE_URL: db.roleUrl(l.db.role), TAX_PROVIDER_URL: sandboxUrl, [`${envPrefix(n)}PORT`]: String(l.port) }, healthUrl: `${laneUrl[n]}/health/live` }
   }),
+  // One worker process per lane that owns queues, so async work is isolated per lane too.
+  ...workerLanes.map((lane, i) => ({
+    name: `worker-${lane}`, script: 'services/worker/main.ts',
+    env: { DATABASE_URL: db.roleUrl(jobsRoleName()), WORKER_QUEUES: LANE_QUEUES[lane].join(','), WORKER_PORT: String(cfg.WORKER_PORT + i), WORKER_REPLICAS: String(workerLanes.length) },
+    healthUrl: `http://127.0.0.1:${cfg.WORKER_PORT + i}/health/live`,
+  })),
   {
     name: 'gateway', script: 'gateway/main.ts',
     env: { GATEWAY_PORT: String(cfg.GATEWAY_PORT), API_KEYS_FILE: keysFile, CARD_AUTH_URL: laneUrl['card-auth']!, FRAUD_URL: laneUrl.fraud!, TAX_URL: laneUrl.tax! },

@@ -15,7 +15,7 @@ import { freePort, ROOT } from '../helpers/procs.ts'
 const db = await testDatabase(t)
 const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'wt-sup-'))
 t.teardown(() => fs.rmSync(dataDir, { recursive: true, force: true }))
-const ports = { GATEWAY_PORT: await freePort(), TAX_SANDBOX_PORT: await freePort(), CARD_AUTH_PORT: await freePort(), FRAUD_PORT: await freePort(), TAX_PORT: await freePort() }
+const ports = { GATEWAY_PORT: await freePort(), TAX_SANDBOX_PORT: await freePort(), WORKER_PORT: await freePort(), CARD_AUTH_PORT: await freePort(), FRAUD_PORT: await freePort(), TAX_PORT: await freePort() }
 const sup = spawn(process.execPath, ['--import', 'tsx', 'services/supervisor/main.ts'], {
   cwd: ROOT,
   env: { ...process.env, ...db.env, DATABASE_URL: db.superUrl, DATA_DIR: dataDir, ...Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])) },
@@ -31,7 +31,7 @@ t.test('the fleet comes up with credentials, survives a killed lane, and stops c
   const up = await eventually(async () => lines.find(l => l.includes('fleet is up')), 60_000, 100)
   t.ok(up, `fleet is up\n${up ? '' : lines.slice(-30).join('\n')}`)
   const pids = Object.fromEntries([...up!.matchAll(/([a-z-]+)=(\d+)/g)].map(m => [m[1]!, Number(m[2])]))
-  t.same(Object.keys(pids).sort(), ['card-auth', 'fraud', 'gateway', 'tax', 'tax-sandbox'])
+  t.same(Object.keys(pids).sort(), ['card-auth', 'fraud', 'gateway', 'tax', 'tax-sandbox', 'worker-fraud', 'worker-tax'])
   t.ok(lines.some(l => l.includes('curl -s -X POST')), 'prints an example curl')
 
   const credsFile = path.join(dataDir, 'credentials.json')
