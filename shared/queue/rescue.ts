@@ -8,7 +8,7 @@
 //    jobs_dead with reason 'zombie' — it may have run partly, and running it
 //    twice could do harm.
 import type { Db } from './types.ts'
-import { toDead } from './lifecycle.ts'
+import { toDead } from './dead-letter.ts'
 
 export interface RescueResult { requeuedFetched: number, requeuedProcessing: number, dead: number, byQueue: Record<string, number> }
 

@@ -11,7 +11,8 @@ import { parseArgs } from 'node:util'
 import pg from 'pg'
 import { bootstrapDatabase, localSecrets } from '../../shared/db/bootstrap.ts'
 import { claim } from '../../shared/queue/claim.ts'
-import { complete, start } from '../../shared/queue/lifecycle.ts'
+import { complete } from '../../shared/queue/complete.ts'
+import { start } from '../../shared/queue/start.ts'
 import { newHistogram, summary } from './open-loop.ts'
 
 const { values: a } = parseArgs({ options: { jobs: { type: 'string', default: '20000' }, claimers: { type: 'string', default: '4' }, batch: { type: 'string', default: '10' } } })

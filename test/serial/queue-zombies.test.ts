@@ -4,7 +4,8 @@
 // finished meanwhile, and a rescued job's old worker can no longer complete it.
 import t from 'tap'
 import { claim } from '../../shared/queue/claim.ts'
-import { complete, start } from '../../shared/queue/lifecycle.ts'
+import { complete } from '../../shared/queue/complete.ts'
+import { start } from '../../shared/queue/start.ts'
 import { rescueZombies } from '../../shared/queue/rescue.ts'
 import { testDatabase } from '../helpers/db.ts'
 import { eventually } from '../helpers/http.ts'

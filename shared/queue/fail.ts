@@ -1,0 +1,26 @@
+// Fail a job: retry later with exponential backoff and jitter, or dead-letter
+// it when its attempts are used up or the failure is fatal. Lease-guarded.
+import type { Db } from './types.ts'
+import { backoffMs } from './backoff.ts'
+import { toDead } from './dead-letter.ts'
+
+export interface FailOptions { fatal?: boolean, baseMs?: number, capMs?: number, random?: () => number }
+
+/** Retry with backoff, or dead-letter when attempts are used up or the failure is fatal. */
+export async function fail (db: Db, id: string, lease: string, error: string, o: FailOptions = {}): Promise<'retry' | 'dead' | 'lost'> {
+  const { rows } = await db.query<{ attempts: number, max_attempts: number }>(
+    "select attempts, max_attempts from jobs.jobs_hot where id = $1 and lease = $2 and status = 'processing'", [id, lease])
+  const job = rows[0]
+  if (!job) return 'lost'
+  const msg = error.slice(0, 2_000)
+  if (o.fatal || job.attempts >= job.max_attempts) {
+    const moved = await toDead(db, `id = $1 and lease = $2 and status = 'processing'`, [id, lease], o.fatal ? 'fatal' : 'max_attempts', msg)
+    return moved.length > 0 ? 'dead' : 'lost'
+  }
+  const delay = backoffMs(job.attempts, o)
+  const { rowCount } = await db.query(
+    `update jobs.jobs_hot set status = 'pending', lease = null, worker_id = null, fetched_at = null, started_at = null, heartbeat_at = null,
+            scheduled_at = clock_timestamp() + make_interval(secs => $3::double precision / 1000), last_error = $4
+      where id = $1 and lease = $2 and status = 'processing'`, [id, lease, delay, msg])
+  return rowCount === 1 ? 'retry' : 'lost'
+}
