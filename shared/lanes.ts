@@ -5,6 +5,7 @@
 // the lane's prefix (CARD_AUTH_PERMITS, TAX_QUEUE, FRAUD_POOL_MAX, ...).
 import { Type, type Static } from 'typebox'
 import { loadConfig } from './config.ts'
+import { AppError } from './errors.ts'
 
 export const LANE_NAMES = ['card-auth', 'fraud', 'tax'] as const
 export type LaneName = typeof LANE_NAMES[number]
@@ -48,7 +49,7 @@ export function envPrefix (lane: string): string {
   return lane.toUpperCase().replaceAll('-', '_') + '_'
 }
 
-function laneSchema (d: LaneDefaults) {
+function laneSchema (d: LaneDefaults, workerPool: number) {
   const int = (def: number, min = 0, max = 100_000) => Type.Integer({ default: def, minimum: min, maximum: max })
   const num = (def: number, min: number, max: number) => Type.Number({ default: def, minimum: min, maximum: max })
   return Type.Object({
@@ -57,6 +58,8 @@ function laneSchema (d: LaneDefaults) {
     QUEUE_WAIT_MS: int(d.queueWaitMs, 0, 60_000),
     DEADLINE_MS: int(10_000, 10, 600_000),
     POOL_MAX: int(d.poolMax, 1, 1_000),
+    // Connections of the role reserved for the lane's async jobs in the worker.
+    WORKER_POOL_MAX: int(workerPool, 0, 1_000),
     REPLICAS: int(1, 1, 1_000),
     STATEMENT_TIMEOUT_MS: int(5_000, 1, 600_000),
     IDLE_IN_TX_TIMEOUT_MS: int(10_000, 1, 600_000),
@@ -86,8 +89,10 @@ export interface LaneLimits {
     /** The role's CONNECTION LIMIT, shared by every replica of the lane. */
     readonly roleConnectionLimit: number
     readonly replicas: number
-    /** This replica's share of the role's limit. */
+    /** This replica's share of the role's limit, less the worker's share. */
     readonly poolMax: number
+    /** Connections of the role the worker may use for this lane's jobs (fleet-wide). */
+    readonly workerPoolMax: number
     readonly statementTimeoutMs: number
     readonly idleInTxTimeoutMs: number
   }
@@ -109,7 +114,8 @@ export function laneLimits (lane: LaneName, env: Record<string, string | undefin
   const scoped: Record<string, string | undefined> = {}
   for (const [k, v] of Object.entries(env)) if (k.startsWith(prefix)) scoped[k.slice(prefix.length)] = v
   if (env.ROLE_PREFIX !== undefined && scoped.ROLE_PREFIX === undefined) scoped.ROLE_PREFIX = env.ROLE_PREFIX
-  const c: Static<ReturnType<typeof laneSchema>> = loadConfig(laneSchema(d), scoped)
+  const c: Static<ReturnType<typeof laneSchema>> = loadConfig(laneSchema(d, LANE_QUEUES[lane].length > 0 ? 1 : 0), scoped)
+  if (c.WORKER_POOL_MAX >= c.POOL_MAX) throw new AppError('ERR_CONFIG_INVALID', { detail: `${prefix}WORKER_POOL_MAX (${c.WORKER_POOL_MAX}) must be below ${prefix}POOL_MAX (${c.POOL_MAX})` })
   return Object.freeze({
     lane,
     priority: d.priority,
@@ -122,7 +128,8 @@ export function laneLimits (lane: LaneName, env: Record<string, string | undefin
       schema: d.schema,
       roleConnectionLimit: c.POOL_MAX,
       replicas: c.REPLICAS,
-      poolMax: Math.max(1, Math.floor(c.POOL_MAX / c.REPLICAS)),
+      poolMax: Math.max(1, Math.floor((c.POOL_MAX - c.WORKER_POOL_MAX) / c.REPLICAS)),
+      workerPoolMax: c.WORKER_POOL_MAX,
       statementTimeoutMs: c.STATEMENT_TIMEOUT_MS,
       idleInTxTimeoutMs: c.IDLE_IN_TX_TIMEOUT_MS,
     }),

@@ -24,7 +24,8 @@ t.test('the lane walks through its states and reports them in /status, /health/r
   const ready = await call(taxUrl + '/health/ready')
   t.equal(ready.status, 200, 'saturation is reported, not failed, by readiness')
   t.equal(ready.body.state, 'SATURATED')
-  const shed = await fleet.post('/v1/tax/quotes', { jurisdiction: 'FR', amount: { value: 1000, currency: 'EUR' } })
+  // US-NV has no compensation rate: a shed request is refused, not compensated.
+  const shed = await fleet.post('/v1/tax/quotes', { jurisdiction: 'US-NV', amount: { value: 1000, currency: 'EUR' } })
   t.equal(shed.body.code, 'ERR_TAX_BULKHEAD_SATURATED')
   await Promise.all(inflight)
   t.ok(await eventually(async () => (await state()) === 'RECOVERING', 1_000, 20), 'RECOVERING once the permits come back')

@@ -2,9 +2,11 @@
 // database of the local run (.data/credentials.json) or DATABASE_URL.
 import fs from 'node:fs'
 import pg from 'pg'
-import { seedLoadCards } from './seed.ts'
+import { seedDemoCards, seedLoadCards } from './seed.ts'
 
-const n = Number(process.argv[2] ?? '1000')
+// `demo`: the demo accounts; prints them as JSON (npm start uses this).
+const demo = process.argv[2] === 'demo'
+const n = demo ? 1 : Number(process.argv[2] ?? '1000')
 if (!Number.isInteger(n) || n < 1 || n > 1_000_000) {
   console.error('usage: npm run seed:cards -- <N between 1 and 1000000>')
   process.exit(2)
@@ -17,6 +19,11 @@ if (!url) {
 }
 const client = new pg.Client({ connectionString: url })
 await client.connect()
+if (demo) {
+  console.log(JSON.stringify(await seedDemoCards(client)))
+  await client.end()
+  process.exit(0)
+}
 const added = await seedLoadCards(client, n)
 await client.end()
 console.log(`card accounts tok_load_000001..tok_load_${String(n).padStart(6, '0')}: ${added} added, ${n - added} already there`)

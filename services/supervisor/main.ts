@@ -4,13 +4,13 @@
 // SIGINT/SIGTERM the gateway drains first, then the lanes, then PostgreSQL.
 import fs from 'node:fs'
 import path from 'node:path'
-import pg from 'pg'
 import { Type } from 'typebox'
 import { loadConfig } from '../../shared/config.ts'
 import { bootstrapDatabase, localSecrets } from '../../shared/db/bootstrap.ts'
 import { jobsRoleName, LANE_NAMES, LANE_QUEUES, envPrefix, laneLimits } from '../../shared/lanes.ts'
 import { createKey, hashKey, readKeyFile } from '../../gateway/api-keys.ts'
-import { seedDemoCards } from '../card-auth/seed.ts'
+import { execFile } from 'node:child_process'
+import { promisify } from 'node:util'
 import { SupervisedChild, waitHealthy, type ChildSpec } from './child.ts'
 
 const cfg = loadConfig(Type.Object({
@@ -35,10 +35,11 @@ const childLog = (name: string, line: string): void => {
 
 const secrets = localSecrets(dataDir)
 const db = await bootstrapDatabase({ dataDir, port: cfg.PG_PORT, database: cfg.PG_DATABASE, secrets, databaseUrl: cfg.DATABASE_URL, log: say })
-const admin = new pg.Client({ connectionString: db.superUrl })
-await admin.connect()
-const demoCards = await seedDemoCards(admin)
-await admin.end()
+// Lane-owned tools run as the lanes' own commands: the supervisor imports no lane code.
+const run = promisify(execFile)
+const tool = (script: string, args: string[], env: Record<string, string> = {}) =>
+  run(process.execPath, ['--import', 'tsx', path.join(root, script), ...args], { cwd: root, env: { ...process.env, ...env } })
+const demoCards = JSON.parse((await tool('services/card-auth/seed-cli.ts', ['demo'], { DATABASE_URL: db.superUrl })).stdout) as Array<{ token: string, currency: string, available: number, status: string }>
 
 // The local API key: kept in credentials.json (0600) and reused while it is live.
 const keysFile = path.join(dataDir, 'api-keys.json')
@@ -52,16 +53,17 @@ const sandboxUrl = `http://127.0.0.1:${cfg.TAX_SANDBOX_PORT}`
 const laneUrl = Object.fromEntries(LANE_NAMES.map(n => { const l = laneLimits(n); return [n, `http://${l.host}:${l.port}`] }))
 const gatewayUrl = `http://127.0.0.1:${cfg.GATEWAY_PORT}`
 const workerLanes = LANE_NAMES.filter(n => LANE_QUEUES[n].length > 0)
+const certFile = path.join(dataDir, 'tax-certificate.json')
 const specs: ChildSpec[] = [
   { name: 'tax-sandbox', script: 'services/tax-sandbox/main.ts', env: { TAX_SANDBOX_PORT: String(cfg.TAX_SANDBOX_PORT) }, healthUrl: `${sandboxUrl}/health/live` },
   ...LANE_NAMES.map(n => {
     const l = laneLimits(n)
-    return { name: n, script: `services/${n}/main.ts`, env: { DATABASE_URL: db.roleUrl(l.db.role), TAX_PROVIDER_URL: sandboxUrl, [`${envPrefix(n)}PORT`]: String(l.port) }, healthUrl: `${laneUrl[n]}/health/live` }
+    return { name: n, script: `services/${n}/main.ts`, env: { DATABASE_URL: db.roleUrl(l.db.role), TAX_PROVIDER_URL: sandboxUrl, TAX_CERTIFICATE_FILE: certFile, [`${envPrefix(n)}PORT`]: String(l.port) }, healthUrl: `${laneUrl[n]}/health/live` }
   }),
   // One worker process per lane that owns queues, so async work is isolated per lane too.
   ...workerLanes.map((lane, i) => ({
     name: `worker-${lane}`, script: 'services/worker/main.ts',
-    env: { DATABASE_URL: db.roleUrl(jobsRoleName()), WORKER_QUEUES: LANE_QUEUES[lane].join(','), WORKER_PORT: String(cfg.WORKER_PORT + i), WORKER_REPLICAS: String(workerLanes.length) },
+    env: { DATABASE_URL: db.roleUrl(jobsRoleName()), [`${envPrefix(lane)}DATABASE_URL`]: db.roleUrl(laneLimits(lane).db.role), TAX_PROVIDER_URL: sandboxUrl, WORKER_QUEUES: LANE_QUEUES[lane].join(','), WORKER_PORT: String(cfg.WORKER_PORT + i), WORKER_REPLICAS: String(workerLanes.length) },
     healthUrl: `http://127.0.0.1:${cfg.WORKER_PORT + i}/health/live`,
   })),
   {
@@ -87,9 +89,15 @@ async function shutdown (signal: string): Promise<void> {
 process.on('SIGINT', () => { void shutdown('SIGINT') })
 process.on('SIGTERM', () => { void shutdown('SIGTERM') })
 
-for (const c of children) c.start()
 try {
-  await Promise.all(children.map(c => waitHealthy(c.spec.healthUrl, 60_000)))
+  // The sandbox first: the tax compensation table is certified against it before the lanes start.
+  const [sandbox, ...rest] = children
+  sandbox!.start()
+  await waitHealthy(sandbox!.spec.healthUrl, 60_000)
+  const cert = await tool('services/tax/compensation/certify.ts', ['--provider', sandboxUrl, '--out', certFile]).catch((err: { stdout?: string }) => ({ stdout: err.stdout ?? 'certification failed' }))
+  say(cert.stdout.trim().split('\n')[0] ?? '')
+  for (const c of rest) c.start()
+  await Promise.all(rest.map(c => waitHealthy(c.spec.healthUrl, 60_000)))
 } catch (err) {
   say(`fleet did not come up: ${(err as Error).message}`)
   await shutdown('startup failure')

@@ -3,6 +3,7 @@ import type { LaneLimits } from '../../shared/lanes.ts'
 import { buildLaneApp } from '../../shared/lane-kit/build-lane-app.ts'
 import { createUpstreamPool } from '../../shared/lane-kit/http.ts'
 import { taxRoutes } from './routes.ts'
+import { compensationSource } from './compensation/certificate.ts'
 
 export interface TaxConfig {
   limits: LaneLimits
@@ -10,12 +11,15 @@ export interface TaxConfig {
   providerUrl: string
   /** Well under the 10 s hard cap: see README "Tax quote deadline". */
   quoteDeadlineMs: number
+  compensation: { tableFile: string, certificateFile: string, maxAgeMs: number }
   logger?: FastifyServerOptions['logger']
 }
 
 export async function buildApp (cfg: TaxConfig) {
   const provider = createUpstreamPool(cfg.providerUrl, cfg.limits, { timeoutMs: cfg.quoteDeadlineMs })
-  const built = await buildLaneApp({ ...cfg, routes: taxRoutes({ provider, quoteDeadlineMs: cfg.quoteDeadlineMs }) })
-  built.app.addHook('onClose', async () => { await provider.destroy() })
+  const compensation = compensationSource(cfg.compensation)
+  const built = await buildLaneApp({ ...cfg, routes: taxRoutes({ provider, quoteDeadlineMs: cfg.quoteDeadlineMs, compensation }) })
+  built.app.addHook('onClose', async () => { compensation.close(); await provider.destroy() })
+  built.app.get('/compensation', async () => compensation.status())
   return built
 }

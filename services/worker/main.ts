@@ -8,7 +8,8 @@ import pg from 'pg'
 import { Type } from 'typebox'
 import { loadConfig } from '../../shared/config.ts'
 import { loggerOptions } from '../../shared/http-app.ts'
-import { JOBS_ROLE, LANE_NAMES, LANE_QUEUES } from '../../shared/lanes.ts'
+import { JOBS_ROLE, LANE_NAMES, LANE_QUEUES, envPrefix, laneLimits, type LaneName } from '../../shared/lanes.ts'
+import { assertRole } from '../../shared/db/pool.ts'
 import { buildApp } from './app.ts'
 import { BUILTIN_JOBS } from './builtin-jobs.ts'
 import type { JobType } from './job-types.ts'
@@ -36,10 +37,19 @@ if (queueNames.length === 0) { console.error('worker: no queues (--queues a,b or
 
 // The only import of lane code from outside a lane: the job types of the lanes that own these queues.
 const types: JobType[] = [...BUILTIN_JOBS]
+const lanePools: Partial<Record<LaneName, pg.Pool>> = {}
 for (const lane of LANE_NAMES) {
   if (!LANE_QUEUES[lane].some(q => queueNames.includes(q))) continue
   const file = path.resolve(import.meta.dirname, `../${lane}/jobs/index.ts`)
-  if (existsSync(file)) types.push(...((await import(file)) as { JOB_TYPES: JobType[] }).JOB_TYPES)
+  if (!existsSync(file)) continue
+  types.push(...((await import(file)) as { JOB_TYPES: JobType[] }).JOB_TYPES)
+  // The lane's jobs run with the lane's own role, on the share of its CONNECTION
+  // LIMIT reserved for the worker, so async work cannot exceed the lane's budget.
+  const url = process.env[`${envPrefix(lane)}DATABASE_URL`]
+  if (!url) { console.error(`worker: ${envPrefix(lane)}DATABASE_URL (the ${lane} role) is required for ${lane} jobs`); process.exit(2) }
+  const limits = laneLimits(lane)
+  lanePools[lane] = new pg.Pool({ connectionString: url, max: Math.max(1, limits.db.workerPoolMax), application_name: `watertight-worker-${lane}` })
+  await assertRole(lanePools[lane]!, limits.db.role)
 }
 
 // This process's share of the role's limit, less one for the LISTEN connection.
@@ -49,7 +59,7 @@ const logger = loggerOptions()
 const worker = new Worker({
   pool, databaseUrl: cfg.DATABASE_URL,
   queues: Object.fromEntries(queueNames.map(q => [q, cfg.WORKER_SLOTS])),
-  types, pollMs: cfg.WORKER_POLL_MS, heartbeatMs: cfg.WORKER_HEARTBEAT_MS, rescueMs: cfg.WORKER_RESCUE_MS,
+  types, lanePools, pollMs: cfg.WORKER_POLL_MS, heartbeatMs: cfg.WORKER_HEARTBEAT_MS, rescueMs: cfg.WORKER_RESCUE_MS,
   backoff: { baseMs: cfg.WORKER_BACKOFF_BASE_MS, capMs: cfg.WORKER_BACKOFF_CAP_MS },
   log: { info: () => {}, warn: (o, m) => app.log.warn(o, m), error: (o, m) => app.log.error(o, m) },
 })
@@ -65,7 +75,7 @@ const stop = (signal: string): void => {
   closing = true
   app.log.info({ signal }, 'draining')
   setTimeout(() => process.exit(1), 30_000).unref()
-  worker.drain().then(() => app.close()).then(() => pool.end()).then(() => process.exit(0), () => process.exit(1))
+  worker.drain().then(() => app.close()).then(() => Promise.all([pool.end(), ...Object.values(lanePools).map(p => p!.end())])).then(() => process.exit(0), () => process.exit(1))
 }
 process.on('SIGTERM', () => stop('SIGTERM'))
 process.on('SIGINT', () => stop('SIGINT'))

@@ -23,6 +23,8 @@ export interface WorkerOptions {
   /** Queue -> local slots. */
   queues: Record<string, number>
   types: readonly JobType[]
+  /** Pools per lane role, for job types that declare a lane. */
+  lanePools?: Partial<Record<string, pg.Pool>>
   workerId?: string
   pollMs?: number
   heartbeatMs?: number
@@ -110,7 +112,7 @@ export class Worker extends EventEmitter {
           return
         }
         try {
-          const result = await type.run(job.payload, { signal: ac.signal, job })
+          const result = await type.run(job.payload, { signal: ac.signal, job, db: type.lane ? this.#o.lanePools?.[type.lane] : undefined })
           outcome = (await complete(this.#o.pool, job.id, job.lease!, result)) ? 'completed' : 'lost'
         } catch (err) {
           const fatal = (err as { fatal?: boolean }).fatal === true

@@ -39,6 +39,8 @@ export function admitted (deps: AdmissionDeps, handler: LaneHandler, onReject: R
       if (!(err instanceof BulkheadRejected)) throw err
       if (err.reason === 'aborted') return reply.hijack()
       deps.metrics.rejection(err.reason)
+      // How long the lane took to decide (INV-BH-02 asks < 5 ms), for clients and drills.
+      reply.header('server-timing', `admit;desc="${err.reason}";dur=${reply.elapsedTime.toFixed(3)}`)
       return send(reply, await onReject(err.reason, req))
     }
     deps.metrics.permitWait(permit.waitedMs / 1000)

@@ -14,6 +14,7 @@ export async function enqueueMany (db: TestDb, queue: string, type: string, n: n
 
 export function startWorker (t: Test, db: TestDb, queues: string[], env: Record<string, string> = {}, name = 'worker'): Promise<Proc> {
   return startProcess(t, name, 'services/worker/main.ts', {
+    ...db.env,
     DATABASE_URL: db.roleUrl(db.prefix + 'jobs_ds'), WORKER_QUEUES: queues.join(','), WORKER_PORT: '0',
     WORKER_POLL_MS: '200', WORKER_HEARTBEAT_MS: '200', WORKER_RESCUE_MS: '300', WORKER_BACKOFF_BASE_MS: '50', ...env,
   })

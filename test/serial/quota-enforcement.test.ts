@@ -37,7 +37,7 @@ t.test('no lane exceeds its permits, queue or pool; no role exceeds its limit', 
     }
   })()
   const cards = Array.from({ length: 40 }, () => fleet.post('/v1/authorizations', { merchantId: 'm_q', cardToken: 'tok_quota_1', amount: { value: 1, currency: 'EUR' } }))
-  const taxes = Array.from({ length: 40 }, () => fleet.post('/v1/tax/quotes', { jurisdiction: 'US-TX', amount: { value: 1000, currency: 'USD' } }))
+  const taxes = Array.from({ length: 40 }, () => fleet.post('/v1/tax/quotes', { jurisdiction: 'US-NV', amount: { value: 1000, currency: 'USD' } }))
   await sleep(800)
   // The queued card requests are waiting; release the lock so everything finishes.
   await locker.query('rollback')

@@ -1,0 +1,35 @@
+// tax-reconcile: re-quote a compensated quote with the provider once it answers,
+// and record the true rate and tax on the quote. Runs in the worker with the tax
+// lane's own role (tax_ds), at most MaxWorkers (3) at once fleet-wide, so the
+// backlog after a brownout cannot re-overload the provider. Idempotent: it only
+// fills reconciled_* once.
+import { Pool } from 'undici'
+import type { JobType } from '../../worker/job-types.ts'
+import { FatalJobError } from '../../worker/job-types.ts'
+import { ProviderError, quoteFromProvider } from '../provider.ts'
+
+let provider: Pool | undefined
+const providerPool = (): Pool => (provider ??= new Pool(process.env.TAX_PROVIDER_URL ?? 'http://127.0.0.1:8190', { connections: 3 }))
+
+export const JOB_TYPES: JobType[] = [{
+  type: 'tax.reconcile',
+  lane: 'tax',
+  idempotent: true,
+  async run (payload, ctx) {
+    const db = ctx.db!
+    const { rows } = await db.query<{ jurisdiction: string, amount: string, currency: string, rate: string, tax: string, reconciled_at: Date | null }>(
+      'select jurisdiction, amount, currency, rate, tax, reconciled_at from tax.quotes where id = $1', [payload.quoteId])
+    const q = rows[0]
+    if (!q) throw new FatalJobError(`quote ${String(payload.quoteId)} does not exist`)
+    if (q.reconciled_at) return { already: true }
+    try {
+      const p = await quoteFromProvider(providerPool(), { jurisdiction: q.jurisdiction, amount: { value: Number(q.amount), currency: q.currency } }, { deadlineMs: 5_000, signal: ctx.signal })
+      const trueTax = Math.round(Number(q.amount) * p.rate)
+      await db.query('update tax.quotes set reconciled_rate = $2, reconciled_tax = $3, reconciled_at = now() where id = $1 and reconciled_at is null', [payload.quoteId, p.rate, trueTax])
+      return { rate: p.rate, tax: trueTax, difference: trueTax - Number(q.tax) }
+    } catch (err) {
+      if (err instanceof ProviderError && err.kind === 'unknown_jurisdiction') throw new FatalJobError(err.message)
+      throw err // retried with backoff until the provider answers
+    }
+  },
+}]
