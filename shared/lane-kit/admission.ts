@@ -27,20 +27,26 @@ export interface AdmissionDeps {
 
 export function admitted (deps: AdmissionDeps, handler: LaneHandler, onReject: RejectHandler) {
   return async function admittedHandler (req: FastifyRequest, reply: FastifyReply): Promise<unknown> {
+    const entered = performance.now()
     const gone = new AbortController()
     // ServerResponse 'close' fires on completion too; only a close before the end is a disconnect.
     const onClose = (): void => { if (!reply.raw.writableFinished) gone.abort(new Error('client disconnected')) }
     reply.raw.on('close', onClose)
     let permit
+    // acquire() decides at once when the queue has no room: time that decision itself.
+    const pending = deps.bulkhead.acquire(gone.signal)
+    const decidedAt = performance.now()
     try {
-      permit = await deps.bulkhead.acquire(gone.signal)
+      permit = await pending
     } catch (err) {
       reply.raw.off('close', onClose)
       if (!(err instanceof BulkheadRejected)) throw err
       if (err.reason === 'aborted') return reply.hijack()
       deps.metrics.rejection(err.reason)
-      // How long the lane took to decide (INV-BH-02 asks < 5 ms), for clients and drills.
-      reply.header('server-timing', `admit;desc="${err.reason}";dur=${reply.elapsedTime.toFixed(3)}`)
+      // How long admission took to decide (INV-BH-02 asks < 5 ms), and how long the
+      // request had been in the process by then (parsing, validation, event-loop wait).
+      const decided = err.reason === 'queue_timeout' ? performance.now() : decidedAt
+      reply.header('server-timing', `admit;desc="${err.reason}";dur=${(decided - entered).toFixed(3)}, inproc;dur=${reply.elapsedTime.toFixed(3)}`)
       return send(reply, await onReject(err.reason, req))
     }
     deps.metrics.permitWait(permit.waitedMs / 1000)

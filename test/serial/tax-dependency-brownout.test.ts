@@ -1,0 +1,93 @@
+// test_tax_dependency_brownout_isolation (BULKHEAD-PAY-001 MC-FM-01) and the
+// recovery check of MC-RT-01, with the real tax lane and a certified table:
+// the provider slows to 10,000 ms and tax is flooded through the gateway.
+// Card authorizations through the same gateway keep succeeding, with no
+// card-auth permit or connection held by tax work; every tax request is
+// answered by compensation (or refused), and once the permits are gone each is
+// decided in under 5 ms. After the fault is removed, tax active permits drop
+// below 5 within 5 s.
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import t from 'tap'
+import { certify } from '../../services/tax/compensation/certify.ts'
+import { DEFAULT_TABLE_FILE } from '../../services/tax/compensation/table.ts'
+import { laneLimits } from '../../shared/lanes.ts'
+import { testDatabase } from '../helpers/db.ts'
+import { startFleet } from '../helpers/fleet.ts'
+import { call, eventually, percentile, sleep, type Res } from '../helpers/http.ts'
+
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wt-brownout-'))
+t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
+const certFile = path.join(dir, 'certificate.json')
+const env = { TAX_CERTIFICATE_FILE: certFile }
+const db = await testDatabase(t, env)
+await db.query("insert into card_auth.card_accounts (token, currency, available) values ('tok_brown_1', 'EUR', 1000000000)")
+const fleet = await startFleet(t, db, { lanes: ['card-auth', 'tax'], env })
+fs.writeFileSync(certFile, JSON.stringify(await certify({ tableFile: DEFAULT_TABLE_FILE, providerUrl: fleet.sandbox.url })))
+await eventually(async () => (await call(fleet.lanes.tax!.url + '/compensation')).body.certified === true, 8_000, 100)
+const taxStatus = async () => (await call(fleet.lanes.tax!.url + '/status')).body
+const cardStatus = async () => (await call(fleet.lanes['card-auth']!.url + '/status')).body
+const permits = laneLimits('tax').permits
+
+t.test('tax provider at 10,000 ms, tax flooded: card-auth unharmed, tax compensated and shed fast', async t => {
+  await fleet.setFaults({ latencyMs: 10_000 })
+  const tax: Array<Promise<Res>> = []
+  const card: Array<Promise<Res>> = []
+  const samples: Array<{ cardActive: number, taxActive: number, roles: Record<string, number> }> = []
+  let sampling = true
+  const sampler = (async () => {
+    while (sampling) {
+      const [c, x, roles] = await Promise.all([cardStatus(), taxStatus(), db.connectionsByRole()])
+      samples.push({ cardActive: c.active, taxActive: x.active, roles })
+      await sleep(100)
+    }
+  })()
+  // 100 tax requests/s and 50 authorizations/s for 3 s.
+  for (let i = 0; i < 300; i++) {
+    tax.push(fleet.post('/v1/tax/quotes', { jurisdiction: i % 2 ? 'DE' : 'US-TX', amount: { value: 10_000, currency: 'EUR' } }))
+    if (i % 2 === 0) card.push(fleet.post('/v1/authorizations', { merchantId: 'm_brown', cardToken: 'tok_brown_1', amount: { value: 1, currency: 'EUR' } }))
+    await sleep(10)
+  }
+  const cards = await Promise.all(card)
+  const taxes = await Promise.all(tax)
+  sampling = false
+  await sampler
+
+  t.ok(cards.every(r => r.status === 201), `every authorization succeeded (${cards.length})`)
+  const lat = cards.map(r => r.ms)
+  t.comment(`card-auth during the tax brownout: p50 ${percentile(lat, 50).toFixed(1)} ms, p99 ${percentile(lat, 99).toFixed(1)} ms, max ${Math.max(...lat).toFixed(1)} ms`)
+  t.ok(percentile(lat, 99) < 1_000, 'card-auth latency stays far from the 10 s brownout')
+  t.ok(samples.every(s => s.cardActive < 20), `card-auth permits stayed low (max ${Math.max(...samples.map(s => s.cardActive))})`)
+  t.ok(samples.every(s => (s.roles.tax_ds ?? 0) <= laneLimits('tax').db.roleConnectionLimit), 'tax connections within its role limit')
+  t.ok(samples.every(s => s.taxActive <= permits), 'tax never ran more than its permits')
+
+  const comp = taxes.filter(r => r.status === 200 && r.body.source === 'compensation')
+  const provider = taxes.filter(r => r.status === 200 && r.body.source === 'provider')
+  const shed = taxes.filter(r => r.headers['server-timing']?.includes('admit;'))
+  t.equal(provider.length, 0, 'no quote came from the browned-out provider')
+  t.equal(comp.length + taxes.filter(r => r.status === 503).length, 300, 'every tax request was compensated or refused with 503')
+  t.ok(taxes.filter(r => r.status === 503).every(r => r.headers['retry-after'] === '5'), 'refusals carry Retry-After: 5')
+  t.ok(comp.every(r => r.body.rate > 0 && r.body.tableVersion), 'compensation uses certified, non-zero rates')
+  t.ok(shed.length >= 300 - 3 * permits, `most requests found the permits gone (${shed.length})`)
+  const decided = shed.map(r => Number(/admit;[^,]*dur=([\d.]+)/.exec(r.headers['server-timing']!)![1]))
+  const inproc = shed.map(r => Number(/inproc;dur=([\d.]+)/.exec(r.headers['server-timing']!)![1]))
+  t.comment(`admission decision for a shed request: p50 ${percentile(decided, 50).toFixed(3)} ms, max ${Math.max(...decided).toFixed(3)} ms; time in the lane process until then: p50 ${percentile(inproc, 50).toFixed(2)} ms, p99 ${percentile(inproc, 99).toFixed(2)} ms`)
+  t.ok(Math.max(...decided) < 5, 'each shed request was decided in under 5 ms')
+  const [{ n }] = await db.query<{ n: number }>("select count(*)::int as n from jobs.jobs_hot where queue = 'tax-reconcile'") as [{ n: number }]
+  t.equal(n, comp.length, 'every compensated quote waits for reconciliation')
+})
+
+t.test('after the fault is removed, tax active permits drop below 5 within 5 s', async t => {
+  // Keep some load on so the lane stays busy at the moment the fault ends.
+  const load = Array.from({ length: permits }, (_, i) => fleet.post('/v1/tax/quotes', { jurisdiction: 'FR', amount: { value: 100 + i, currency: 'EUR' } }))
+  await sleep(200)
+  t.ok((await taxStatus()).active >= 5, 'tax permits are busy on the slow provider')
+  const t0 = Date.now()
+  await fleet.setFaults({ mode: 'normal' })
+  const back = await eventually(async () => (await taxStatus()).active < 5, 5_000, 20)
+  const ms = Date.now() - t0
+  t.comment(`tax active permits < 5 after ${ms} ms`)
+  t.ok(back && ms < 5_000, `recovered in ${ms} ms (< 5 s)`)
+  await Promise.all(load)
+})
