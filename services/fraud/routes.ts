@@ -1,52 +1,100 @@
-// Fraud screening. Sync scoring reads the card's recent history from the fraud
-// schema and stores the screening with its result in one transaction.
+// Fraud screening. With a permit: score now (200, mode "sync") in one short
+// transaction. With permits and queue full: store the screening as queued and
+// enqueue it on fraud-async in one transaction, outside any permit, and answer
+// 202 (mode "async") with a Location to poll; the worker scores it with the same
+// engine.
 import crypto from 'node:crypto'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
-import { ScreeningRequest } from '../../shared/api-schemas.ts'
+import type pg from 'pg'
+import { IdParams, ScreeningRequest } from '../../shared/api-schemas.ts'
 import { AppError } from '../../shared/errors.ts'
 import type { LaneKit } from '../../shared/lane-kit/build-lane-app.ts'
-import { storedResponseRoute } from '../../shared/lane-kit/stored-response.ts'
+import type { LaneResult } from '../../shared/lane-kit/admission.ts'
 import { clientIdOf, fingerprint, idempotencyKeyOf, replay } from '../../shared/lane-kit/request-context.ts'
-import { DEFAULT_WEIGHTS, score } from './scoring.ts'
+import { cardHistory } from './history.ts'
+import { score, type ScoringWeights } from './scoring.ts'
 
-// Until the fraud-async queue exists (issue 7) an overflow is refused, not
-// silently parked: a screening nobody will ever score is worse than a 503.
-function saturated (): never {
-  throw new AppError('ERR_FRAUD_SATURATED', { extensions: { 'violated-policies': ['fraud'] }, headers: { 'ratelimit-policy': '"fraud";q=30;w=1', ratelimit: '"fraud";r=0;t=5' } })
-}
+// Outside a permit the lane waits this long at most for a connection to enqueue.
+const CONNECT_BUDGET_MS = 100
 
-export function fraudRoutes (app: FastifyInstance, kit: LaneKit): void {
-  app.post('/v1/fraud/screenings', { schema: { body: ScreeningRequest } }, kit.admitted(async (req: FastifyRequest, exec) => {
-    const client = clientIdOf(req)
-    const key = idempotencyKeyOf(req)
-    const body = req.body as ScreeningRequest
-    const fp = fingerprint(body)
-    return exec.db.tx(async c => {
-      const seen = await c.query<{ fingerprint: string, response: unknown }>('select fingerprint, response from fraud.screenings where client_id = $1 and idempotency_key = $2', [client, key])
-      if (seen.rows[0]) return replay({ ...seen.rows[0], status: 200 }, fp)
-      const w = DEFAULT_WEIGHTS
-      const h = await c.query<{ recent: string, n: string, avg: string | null }>(
-        `select count(*) filter (where created_at > now() - make_interval(mins => $2)) as recent, count(*) as n, avg(amount) as avg
-           from fraud.screenings where card_token = $1`, [body.cardToken, w.velocityWindowMinutes])
-      const hist = h.rows[0]!
-      const result = score({
-        amount: body.amount.value, ipCountry: body.ipCountry, billingCountry: body.billingCountry,
-        recentCount: Number(hist.recent), historyCount: Number(hist.n), historyAvgAmount: Number(hist.avg ?? 0),
-      }, w)
+const statusOf = (response: { mode?: string }): number => (response.mode === 'async' ? 202 : 200)
+
+type Row = { fingerprint: string, response: { id: string, mode?: string } }
+
+const SEEN = 'select fingerprint, response from fraud.screenings where client_id = $1 and idempotency_key = $2'
+
+export function fraudRoutes (weights: ScoringWeights) {
+  return (app: FastifyInstance, kit: LaneKit): void => {
+    const answer = (row: Row, fp: string, fresh: boolean): LaneResult => {
+      if (!fresh) return replay({ ...row, status: statusOf(row.response) }, fp)
+      return { status: statusOf(row.response), body: row.response, headers: { location: `/v1/fraud/screenings/${row.response.id}` } }
+    }
+    const insert = (c: pg.PoolClient, req: FastifyRequest, mode: 'sync' | 'async', result: ReturnType<typeof score> | null) => {
+      const body = req.body as ScreeningRequest
       const id = crypto.randomUUID()
-      const response = { id, mode: 'sync', status: 'final', ...result }
-      const ins = await c.query(
+      const response = result ? { id, mode, status: 'final', ...result } : { id, mode, status: 'queued' }
+      return c.query(
         `insert into fraud.screenings (id, client_id, idempotency_key, fingerprint, card_token, merchant_id, amount, currency, ip_country, billing_country, mode, status, score, decision, reasons, response, scored_at)
-         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'sync', 'final', $11, $12, $13, $14, now())
+         values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, case when $12 = 'final' then now() end)
          on conflict (client_id, idempotency_key) do nothing`,
-        [id, client, key, fp, body.cardToken, body.merchantId, body.amount.value, body.amount.currency, body.ipCountry ?? null, body.billingCountry ?? null, result.score, result.decision, JSON.stringify(result.reasons), response])
-      if (ins.rowCount === 0) {
-        const again = await c.query<{ fingerprint: string, response: unknown }>('select fingerprint, response from fraud.screenings where client_id = $1 and idempotency_key = $2', [client, key])
-        return replay({ ...again.rows[0]!, status: 200 }, fp)
-      }
-      return { status: 200, body: response, headers: { location: `/v1/fraud/screenings/${id}` } }
-    })
-  }, saturated))
+        [id, clientIdOf(req), idempotencyKeyOf(req), fingerprint(body), body.cardToken, body.merchantId, body.amount.value, body.amount.currency, body.ipCountry ?? null, body.billingCountry ?? null,
+          mode, result ? 'final' : 'queued', result?.score ?? null, result?.decision ?? null, result ? JSON.stringify(result.reasons) : null, response])
+        .then(r => ({ inserted: r.rowCount === 1, id }))
+    }
 
-  storedResponseRoute(app, kit, { url: '/v1/fraud/screenings/:id', table: 'fraud.screenings', what: 'screening', onReject: saturated })
+    // One statement (atomic on its own): the queued screening and its fraud-async
+    // job, or nothing when the key was used before. One round trip keeps the
+    // overflow path fast when the lane is already under load.
+    const overflow = async (req: FastifyRequest): Promise<LaneResult> => {
+      const body = req.body as ScreeningRequest
+      const fp = fingerprint(body)
+      const id = crypto.randomUUID()
+      let timer: NodeJS.Timeout | undefined
+      const conn = kit.pool.connect()
+      const c = await Promise.race([conn, new Promise<never>((_r, reject) => { timer = setTimeout(() => reject(new AppError('ERR_FRAUD_SATURATED', { detail: 'fraud lane saturated and no database connection free to queue the screening' })), CONNECT_BUDGET_MS) })])
+        .finally(() => clearTimeout(timer))
+        .catch(err => { conn.then(x => x.release(), () => {}); throw err })
+      try {
+        const { rows } = await c.query<Row & { inserted: boolean }>(
+          `with ins as (
+             insert into fraud.screenings (id, client_id, idempotency_key, fingerprint, card_token, merchant_id, amount, currency, ip_country, billing_country, mode, status, response)
+             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'async', 'queued', $11)
+             on conflict (client_id, idempotency_key) do nothing
+             returning id),
+           enq as (select jobs.enqueue('fraud-async', 'fraud.score', jsonb_build_object('screeningId', id), 0, 0, 10, 'score:' || id) from ins)
+           select $4::text as fingerprint, $11::jsonb as response, true as inserted from ins, (select count(*) from enq) e
+           union all
+           select s.fingerprint, s.response, false from fraud.screenings s
+            where s.client_id = $2 and s.idempotency_key = $3 and not exists (select 1 from ins)`,
+          [id, clientIdOf(req), idempotencyKeyOf(req), fp, body.cardToken, body.merchantId, body.amount.value, body.amount.currency, body.ipCountry ?? null, body.billingCountry ?? null,
+            { id, mode: 'async', status: 'queued' }])
+        const row = rows[0]!
+        return answer(row, fp, row.inserted)
+      } finally { c.release() }
+    }
+
+    app.post('/v1/fraud/screenings', { schema: { body: ScreeningRequest } }, kit.admitted(async (req: FastifyRequest, exec) => {
+      const body = req.body as ScreeningRequest
+      const fp = fingerprint(body)
+      return exec.db.tx(async c => {
+        const seen = await c.query<Row>(SEEN, [clientIdOf(req), idempotencyKeyOf(req)])
+        if (seen.rows[0]) return answer(seen.rows[0], fp, false)
+        const h = await cardHistory(c, body.cardToken, weights, null)
+        const result = score({ amount: body.amount.value, ipCountry: body.ipCountry, billingCountry: body.billingCountry, ...h }, weights)
+        const { inserted } = await insert(c, req, 'sync', result)
+        const row = (await c.query<Row>(SEEN, [clientIdOf(req), idempotencyKeyOf(req)])).rows[0]!
+        return answer(row, fp, inserted)
+      })
+    }, (_reason, req) => overflow(req)))
+
+    // The current state: a queued async screening shows its result once the worker scored it.
+    app.get('/v1/fraud/screenings/:id', { schema: { params: IdParams } }, kit.admitted(async (req: FastifyRequest, exec) => {
+      const { id } = req.params as { id: string }
+      const { rows } = await exec.db.query<{ response: Record<string, unknown>, status: string, score: number | null, decision: string | null, reasons: unknown }>(
+        'select response, status, score, decision, reasons from fraud.screenings where id = $1 and client_id = $2', [id, clientIdOf(req)])
+      const r = rows[0]
+      if (!r) throw new AppError('ERR_NOT_FOUND', { detail: `no screening ${id}` })
+      return { status: 200, body: r.status === 'final' ? { ...r.response, status: 'final', score: r.score, decision: r.decision, reasons: r.reasons } : r.response }
+    }, () => { throw new AppError('ERR_FRAUD_SATURATED') }))
+  }
 }

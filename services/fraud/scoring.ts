@@ -64,3 +64,17 @@ export function score (input: ScoringInput, w: ScoringWeights = DEFAULT_WEIGHTS)
   const decision = total >= w.declineAt ? 'decline' : total >= w.reviewAt ? 'review' : 'approve'
   return { score: total, decision, reasons }
 }
+
+/** Weights from FRAUD_SCORING_WEIGHTS (JSON, any subset of the keys), validated. */
+export function weightsFromEnv (env: Record<string, string | undefined> = process.env): ScoringWeights {
+  const raw = env.FRAUD_SCORING_WEIGHTS
+  if (!raw) return DEFAULT_WEIGHTS
+  const parsed = JSON.parse(raw) as Record<string, unknown>
+  for (const [k, v] of Object.entries(parsed)) {
+    if (!(k in DEFAULT_WEIGHTS)) throw new Error(`FRAUD_SCORING_WEIGHTS: unknown key ${k}`)
+    if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) throw new Error(`FRAUD_SCORING_WEIGHTS: ${k} must be a non-negative number`)
+  }
+  const w = { ...DEFAULT_WEIGHTS, ...parsed } as ScoringWeights
+  if (!(w.reviewAt <= w.declineAt)) throw new Error('FRAUD_SCORING_WEIGHTS: reviewAt must not exceed declineAt')
+  return Object.freeze(w)
+}

@@ -11,7 +11,10 @@ export function createLanePool (limits: LaneLimits, databaseUrl: string, log: { 
     max: limits.db.poolMax,
     // A request never waits for a connection longer than its own deadline.
     connectionTimeoutMillis: limits.deadlineMs,
-    idleTimeoutMillis: 30_000,
+    // The role's connections are this lane's reserved budget: keep them open, so
+    // a burst (or the overflow path, which has a 100 ms connect budget) never
+    // waits for new connections to authenticate.
+    idleTimeoutMillis: 0,
     application_name: `watertight-${limits.lane}`,
     statement_timeout: limits.db.statementTimeoutMs,
   })
@@ -30,4 +33,10 @@ export async function assertRole (pool: pg.Pool, role: string): Promise<void> {
   const { rows } = await pool.query<{ current_user: string }>('select current_user')
   const got = rows[0]?.current_user
   if (got !== role) throw new Error(`ERR_SHARED_FAILURE_DOMAIN_DETECTED: pool connects as ${String(got)}, expected ${role}`)
+}
+
+/** Open every connection of the pool now (at boot), so the first burst finds them ready. */
+export async function warmPool (pool: pg.Pool, n: number): Promise<void> {
+  const clients = await Promise.all(Array.from({ length: n }, () => pool.connect()))
+  for (const c of clients) c.release()
 }

@@ -4,7 +4,7 @@ import type { FastifyInstance } from 'fastify'
 import { Type } from 'typebox'
 import { loadConfig } from '../config.ts'
 import { laneLimits, type LaneLimits, type LaneName } from '../lanes.ts'
-import { assertRole } from '../db/pool.ts'
+import { assertRole, warmPool } from '../db/pool.ts'
 import { loggerOptions } from '../http-app.ts'
 import type { LaneKit } from './build-lane-app.ts'
 
@@ -22,6 +22,7 @@ export async function runLane (lane: LaneName, build: Build): Promise<void> {
     const built = await build({ limits, databaseUrl: env.DATABASE_URL, logger: loggerOptions() })
     app = built.app
     await assertRole(built.kit.pool, limits.db.role)
+    await warmPool(built.kit.pool, limits.db.poolMax)
     await app.listen({ port: limits.port, host: limits.host })
   } catch (err) {
     console.error(JSON.stringify({ level: 'fatal', lane, code: (err as { code?: string }).code, msg: (err as Error).message }))

@@ -1,0 +1,66 @@
+// Fraud overload: the first screenings are scored at once (200, sync), the
+// overflow is queued on fraud-async (202, async, with Location), every queued one
+// ends final, none is lost or scored twice, and the worker never runs more than
+// the queue's MaxWorkers at once. Replays return the first answer.
+import t from 'tap'
+import { updateQueue } from '../../shared/queue/admin.ts'
+import { testDatabase } from '../helpers/db.ts'
+import { startFleet } from '../helpers/fleet.ts'
+import { eventually } from '../helpers/http.ts'
+import { maxConcurrency, startWorker } from '../helpers/queue.ts'
+
+const env = { FRAUD_PERMITS: '2', FRAUD_QUEUE: '1', FRAUD_QUEUE_WAIT_MS: '20' }
+const db = await testDatabase(t, env)
+const fleet = await startFleet(t, db, { lanes: ['fraud'], env })
+await updateQueue(db.pool, 'fraud-async', { maxWorkers: 2 })
+const screen = (i: number, key?: string) => fleet.post('/v1/fraud/screenings', { cardToken: `tok_fraud_${i % 7}`, merchantId: 'm_f', amount: { value: 1_000 + i, currency: 'EUR' }, ipCountry: 'DE', billingCountry: i % 3 ? 'DE' : 'FR' }, key)
+
+t.test('overload: sync first, async overflow, every screening final exactly once', async t => {
+  // 50 at once: under the gateway's in-flight cap for this lane (2 x (2 + 1) + 50 = 56).
+  const rs = await Promise.all(Array.from({ length: 50 }, (_, i) => screen(i, `fr-${i}`)))
+  const sync = rs.filter(r => r.status === 200)
+  const async = rs.filter(r => r.status === 202)
+  const other = rs.filter(r => r.status !== 200 && r.status !== 202).map(r => `${r.status} ${r.body?.code} ${r.body?.detail}`)
+  t.equal(sync.length + async.length, 50, `every screening answered 200 or 202 (${sync.length} sync, ${async.length} async; others: ${JSON.stringify(other.slice(0, 3))})`)
+  t.ok(sync.length > 0 && async.length > 0, 'both modes under overload')
+  t.ok(sync.every(r => r.body.mode === 'sync' && r.body.status === 'final' && typeof r.body.score === 'number'), 'sync answers carry the score')
+  t.ok(async.every(r => r.body.mode === 'async' && r.body.status === 'queued' && r.headers.location === `/v1/fraud/screenings/${r.body.id}`), 'async answers are queued, with Location')
+  // A full queue is decided at once; a queued request that waited past its budget took that budget.
+  const adm = async.filter(r => r.headers['server-timing']?.includes('desc="queue_full"')).map(r => Number(/admit;[^,]*dur=([\d.]+)/.exec(r.headers['server-timing']!)![1]))
+  t.ok(adm.length > 0 && adm.every(d => d < 5), `overflow of a full queue decided in under 5 ms (max ${Math.max(...adm).toFixed(3)} ms over ${adm.length})`)
+
+  const queued = await db.query("select 1 from jobs.jobs_hot where queue = 'fraud-async'")
+  t.equal(queued.length, async.length, 'one fraud-async job per async screening, queued before any worker runs')
+  const first = await fleet.get(async[0]!.headers.location!)
+  t.equal(first.body.status, 'queued', 'GET shows queued before the worker runs')
+
+  await startWorker(t, db, ['fraud-async'], { ...env, FRAUD_DATABASE_URL: db.laneUrl('fraud', env), WORKER_SLOTS: '20' })
+  const final = await eventually(async () => (await db.query("select 1 from fraud.screenings where status <> 'final'")).length === 0, 20_000, 100)
+  t.ok(final, 'every async screening became final')
+  for (const r of async.slice(0, 5)) {
+    const g = await fleet.get(r.headers.location!)
+    t.match(g.body, { id: r.body.id, mode: 'async', status: 'final', score: Number, decision: /^(approve|review|decline)$/ }, 'GET shows the final result')
+  }
+  const [{ rows, jobs, attempts }] = await db.query<{ rows: number, jobs: number, attempts: number }>(
+    `select (select count(*)::int from fraud.screenings) as rows,
+            (select count(*)::int from jobs.jobs_archive where queue = 'fraud-async') as jobs,
+            (select coalesce(max(attempts), 0)::int from jobs.jobs_archive where queue = 'fraud-async') as attempts`) as [{ rows: number, jobs: number, attempts: number }]
+  t.equal(rows, 50, 'none lost')
+  t.equal(jobs, async.length, 'each async screening scored by exactly one job')
+  t.equal(attempts, 1, 'none ran twice')
+  const conc = await maxConcurrency(db, 'fraud-async')
+  t.ok(conc <= 2, `the worker never ran more than MaxWorkers 2 (max ${conc})`)
+})
+
+t.test('replays return the first answer, sync or async', async t => {
+  const r1 = await screen(1, 'fr-1')
+  t.ok([200, 202].includes(r1.status))
+  t.equal(r1.headers['idempotent-replayed'], 'true')
+  const asyncOne = (await db.query<{ idempotency_key: string }>("select idempotency_key from fraud.screenings where mode = 'async' limit 1"))[0]!
+  const i = Number(asyncOne.idempotency_key.slice(3))
+  const r2 = await screen(i, asyncOne.idempotency_key)
+  t.equal(r2.status, 202, 'an async screening replays its 202')
+  t.equal(r2.body.status, 'queued', 'with the first body')
+  const reuse = await fleet.post('/v1/fraud/screenings', { cardToken: 'tok_other', merchantId: 'm_f', amount: { value: 5, currency: 'EUR' } }, 'fr-2')
+  t.equal(reuse.body.code, 'ERR_IDEMPOTENCY_KEY_REUSED')
+})
