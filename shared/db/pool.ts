@@ -40,3 +40,22 @@ export async function warmPool (pool: pg.Pool, n: number): Promise<void> {
   const clients = await Promise.all(Array.from({ length: n }, () => pool.connect()))
   for (const c of clients) c.release()
 }
+
+/**
+ * A connection within `budgetMs`, or the error `onTimeout` makes. For paths that
+ * run outside a permit (overflow, compensation): they may use a free connection
+ * but must never queue behind a busy pool. A connection that arrives late is
+ * released at once.
+ */
+export async function connectWithin (pool: pg.Pool, budgetMs: number, onTimeout: () => Error): Promise<pg.PoolClient> {
+  let timer: NodeJS.Timeout | undefined
+  const conn = pool.connect()
+  try {
+    return await Promise.race([conn, new Promise<never>((_resolve, reject) => { timer = setTimeout(() => reject(onTimeout()), budgetMs) })])
+  } catch (err) {
+    conn.then(c => c.release(), () => {})
+    throw err
+  } finally {
+    clearTimeout(timer)
+  }
+}
