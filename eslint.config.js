@@ -14,4 +14,9 @@ export default tseslint.config(
       'no-control-regex': 'off',
     },
   },
+  {
+    // The deck's page runs in the browser.
+    files: ['services/deck/public/**/*.js'],
+    languageOptions: { sourceType: 'script', globals: { window: 'readonly', document: 'readonly', sessionStorage: 'readonly', fetch: 'readonly', CSS: 'readonly', setTimeout: 'readonly', clearTimeout: 'readonly', setInterval: 'readonly' } },
+  },
 )

@@ -1,5 +1,5 @@
 // The one error registry of the fleet. Every error a client, an operator or a
-// tool can see has a stable ERR_* code here; docs/errors.md lists the same codes
+// tool can see has a stable ERR_* code here; the README's error table lists the same codes
 // and test/error-registry-docs.test.ts fails when the two drift apart.
 // Branch on `code`, never on `instanceof`.
 
@@ -38,6 +38,9 @@ export const ERRORS = Object.freeze({
   ERR_HEADERS_TOO_LARGE: { status: 431, title: 'Request header fields too large' },
   ERR_SHUTTING_DOWN: { status: 503, title: 'Process is draining for shutdown', retryAfter: 1 },
   ERR_CONFIG_INVALID: { status: 500, title: 'Configuration is invalid' },
+  ERR_QUEUE_NOT_FOUND: { status: 404, title: 'No job queue of that name' },
+  ERR_FAULT_INJECTION_DISABLED: { status: 404, title: 'Fault injection is off: this deck has no tax sandbox (local runs only)' },
+  ERR_SANDBOX_UNAVAILABLE: { status: 502, title: 'The tax sandbox did not answer', retryAfter: 1 },
   ERR_INTERNAL: { status: 500, title: 'Internal error' },
 } satisfies Record<string, ErrorSpec>)
 

@@ -45,6 +45,17 @@ export function jobsRoleName (env: Record<string, string | undefined> = process.
   return (env.ROLE_PREFIX ?? '') + JOBS_ROLE.role
 }
 
+/**
+ * The deck's own role on the queue schema: its reads and controls run on a
+ * budget of 2 connections that no worker shares, so an operator's page can
+ * never take a worker's connection (and a busy worker fleet never blinds it).
+ */
+export const DECK_ROLE = Object.freeze({ role: 'deck_ds', schema: 'jobs', poolMax: 2 })
+
+export function deckRoleName (env: Record<string, string | undefined> = process.env): string {
+  return (env.ROLE_PREFIX ?? '') + DECK_ROLE.role
+}
+
 export function envPrefix (lane: string): string {
   return lane.toUpperCase().replaceAll('-', '_') + '_'
 }
@@ -148,5 +159,9 @@ export function dbRoles (env: Record<string, string | undefined> = process.env):
     enqueues: LANE_QUEUES[l.lane].length > 0,
   }))
   const jobsLimit = Number(env.JOBS_POOL_MAX ?? JOBS_ROLE.poolMax)
-  return [...lanes, { role: jobsRoleName(env), schema: JOBS_ROLE.schema, connectionLimit: jobsLimit, statementTimeoutMs: 5_000, idleInTxTimeoutMs: 10_000, enqueues: false }]
+  return [
+    ...lanes,
+    { role: jobsRoleName(env), schema: JOBS_ROLE.schema, connectionLimit: jobsLimit, statementTimeoutMs: 5_000, idleInTxTimeoutMs: 10_000, enqueues: false },
+    { role: deckRoleName(env), schema: DECK_ROLE.schema, connectionLimit: DECK_ROLE.poolMax, statementTimeoutMs: 2_000, idleInTxTimeoutMs: 5_000, enqueues: false },
+  ]
 }

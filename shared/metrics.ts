@@ -32,8 +32,17 @@ export interface LaneMetrics {
   rejection (reason: LaneRejectReason): void
   permitWait (seconds: number): void
   requestDuration: client.Histogram<'lane' | 'route' | 'status_code'>
+  /** A data-plane request's duration (seconds), for the sliding one-minute window. */
+  observeLatency (seconds: number): void
+  /** p50/p99 of data-plane requests over the last minute (null when none). */
+  latencyWindow (): Promise<LatencyWindow>
   rejections (): Record<string, number>
 }
+
+export interface LatencyWindow { windowSeconds: number, p50Ms: number | null, p99Ms: number | null }
+
+/** The sliding window behind LatencyWindow: what an operator means by "p99 right now". */
+export const LATENCY_WINDOW_SECONDS = 60
 
 export function laneMetrics (registry: client.Registry, s: LaneMetricSources): LaneMetrics {
   const lane = s.lane
@@ -58,8 +67,23 @@ export function laneMetrics (registry: client.Registry, s: LaneMetricSources): L
   const rejection = new client.Counter({ name: 'bulkhead_rejection_total', help: 'Requests rejected by the lane, by reason', labelNames: ['lane', 'reason'], registers: [registry] })
   const wait = new client.Histogram({ name: 'bulkhead_permit_wait_seconds', help: 'Time admitted requests waited for a permit', labelNames: ['lane'], buckets: [0, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5], registers: [registry] })
   const requestDuration = new client.Histogram({ name: 'http_request_duration_seconds', help: 'HTTP request duration', labelNames: ['lane', 'route', 'status_code'], buckets: LATENCY_BUCKETS, registers: [registry] })
+  // A sliding window (6 buckets of 10 s) so the deck sees the last minute, not
+  // the process lifetime that the histogram's counters add up to.
+  const window = new client.Summary({
+    name: 'bulkhead_request_latency_seconds', help: 'Data-plane request duration over the last minute', labelNames: ['lane'],
+    percentiles: [0.5, 0.99], maxAgeSeconds: LATENCY_WINDOW_SECONDS, ageBuckets: 6, pruneAgedBuckets: false, registers: [registry],
+  })
   const counts: Record<string, number> = {}
   return {
+    observeLatency (seconds) { window.observe({ lane }, seconds) },
+    async latencyWindow () {
+      const { values } = await window.get()
+      const q = (p: number): number | null => {
+        const v = values.find(x => (x.labels as { quantile?: number }).quantile === p)?.value
+        return v === undefined || !Number.isFinite(v) ? null : Math.round(v * 1e6) / 1e3
+      }
+      return { windowSeconds: LATENCY_WINDOW_SECONDS, p50Ms: q(0.5), p99Ms: q(0.99) }
+    },
     rejection (reason) { rejection.inc({ lane, reason }); counts[reason] = (counts[reason] ?? 0) + 1 },
     permitWait (seconds) { wait.observe({ lane }, seconds) },
     requestDuration,

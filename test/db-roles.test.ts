@@ -15,7 +15,7 @@ const db = await testDatabase(t)
 t.test('each role has the lane table limit and timeouts', async t => {
   const rows = await db.query<{ rolname: string, rolconnlimit: number, rolconfig: string[] }>('select rolname, rolconnlimit, rolconfig from pg_roles where rolname like $1 order by rolname', [db.prefix + '%'])
   const got = Object.fromEntries(rows.map(r => [r.rolname.slice(db.prefix.length), r]))
-  t.same(Object.fromEntries(Object.entries(got).map(([k, v]) => [k, v.rolconnlimit])), { card_auth_ds: 40, fraud_ds: 15, jobs_ds: 10, tax_ds: 5 })
+  t.same(Object.fromEntries(Object.entries(got).map(([k, v]) => [k, v.rolconnlimit])), { card_auth_ds: 40, deck_ds: 2, fraud_ds: 15, jobs_ds: 10, tax_ds: 5 })
   for (const r of rows) {
     t.ok(r.rolconfig.some(c => c.startsWith('statement_timeout=')), `${r.rolname} statement_timeout`)
     t.ok(r.rolconfig.some(c => c.startsWith('idle_in_transaction_session_timeout=')), `${r.rolname} idle_in_transaction_session_timeout`)
@@ -34,6 +34,12 @@ t.test('a lane role can use its own schema and no other', async t => {
     await t.rejects(c.query('create table public.x (a int)'), { code: '42501' }, `${role} cannot create in public`)
     await c.end()
   }
+  // The deck's role reaches the queue schema only: no lane's data.
+  const deck = new pg.Client({ connectionString: db.roleUrl(db.prefix + 'deck_ds') })
+  await deck.connect()
+  await t.resolves(deck.query('select count(*) from jobs.queues'), 'deck_ds reads jobs.queues')
+  for (const other of Object.values(schemas)) await t.rejects(deck.query(`select count(*) from ${other}`), { code: '42501' }, `deck_ds cannot read ${other}`)
+  await deck.end()
 })
 
 t.test('the role connection limit is enforced by PostgreSQL', async t => {

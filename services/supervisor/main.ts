@@ -7,7 +7,7 @@ import path from 'node:path'
 import { Type } from 'typebox'
 import { loadConfig } from '../../shared/config.ts'
 import { bootstrapDatabase, localSecrets } from '../../shared/db/bootstrap.ts'
-import { jobsRoleName, LANE_NAMES, LANE_QUEUES, envPrefix, laneLimits } from '../../shared/lanes.ts'
+import { deckRoleName, jobsRoleName, LANE_NAMES, LANE_QUEUES, envPrefix, laneLimits } from '../../shared/lanes.ts'
 import { createKey, hashKey, readKeyFile } from '../../gateway/api-keys.ts'
 import { execFile } from 'node:child_process'
 import { promisify } from 'node:util'
@@ -52,6 +52,7 @@ if (!apiKey || !live.has(hashKey(apiKey))) apiKey = createKey(keysFile, 'local-d
 const sandboxUrl = `http://127.0.0.1:${cfg.TAX_SANDBOX_PORT}`
 const laneUrl = Object.fromEntries(LANE_NAMES.map(n => { const l = laneLimits(n); return [n, `http://${l.host}:${l.port}`] }))
 const gatewayUrl = `http://127.0.0.1:${cfg.GATEWAY_PORT}`
+const deckUrl = `http://127.0.0.1:${cfg.DECK_PORT}`
 const workerLanes = LANE_NAMES.filter(n => LANE_QUEUES[n].length > 0)
 const certFile = path.join(dataDir, 'tax-certificate.json')
 const specs: ChildSpec[] = [
@@ -70,6 +71,16 @@ const specs: ChildSpec[] = [
     name: 'gateway', script: 'gateway/main.ts',
     env: { GATEWAY_PORT: String(cfg.GATEWAY_PORT), API_KEYS_FILE: keysFile, CARD_AUTH_URL: laneUrl['card-auth']!, FRAUD_URL: laneUrl.fraud!, TAX_URL: laneUrl.tax! },
     healthUrl: `${gatewayUrl}/health/live`,
+  },
+  // The admin plane: loopback only, its own DB role, polling every process above.
+  {
+    name: 'deck', script: 'services/deck/main.ts',
+    env: {
+      DECK_PORT: String(cfg.DECK_PORT), DECK_HOST: '127.0.0.1', ADMIN_TOKEN: secrets.adminToken, DATABASE_URL: db.roleUrl(deckRoleName()),
+      CARD_AUTH_URL: laneUrl['card-auth']!, FRAUD_URL: laneUrl.fraud!, TAX_URL: laneUrl.tax!, GATEWAY_URL: gatewayUrl, TAX_SANDBOX_URL: sandboxUrl,
+      WORKER_URLS: workerLanes.map((lane, i) => `worker-${lane}=http://127.0.0.1:${cfg.WORKER_PORT + i}`).join(','),
+    },
+    healthUrl: `${deckUrl}/health/live`,
   },
 ]
 const children = specs.map(s => new SupervisedChild({ ...s, script: path.join(root, s.script) }, childLog))
@@ -105,7 +116,7 @@ try {
 
 const creds = {
   gatewayUrl,
-  deckUrl: `http://127.0.0.1:${cfg.DECK_PORT}`,
+  deckUrl,
   apiKey,
   adminToken: secrets.adminToken,
   databaseUrl: db.superUrl,

@@ -3,18 +3,15 @@
 // It is not a lane: it plays the slow dependency of INC-4491.
 import type { FastifyServerOptions } from 'fastify'
 import { Type, type Static } from 'typebox'
+import { SandboxFaults } from '../../shared/admin-schemas.ts'
 import { TaxQuoteRequest } from '../../shared/api-schemas.ts'
 import { createHttpApp } from '../../shared/http-app.ts'
 import { AppError } from '../../shared/errors.ts'
 import { rateFor } from './rates.ts'
 
-export const Faults = Type.Object({
-  latencyMs: Type.Integer({ minimum: 0, maximum: 600_000, default: 0 }),
-  jitterMs: Type.Integer({ minimum: 0, maximum: 600_000, default: 0 }),
-  errorRate: Type.Number({ minimum: 0, maximum: 1, default: 0 }),
-  mode: Type.String({ enum: ['normal', 'hang', 'reset'], default: 'normal' }),
-}, { additionalProperties: false })
-export type Faults = Static<typeof Faults>
+// The fault model lives in shared/ so the deck validates the same shape it forwards.
+export const Faults = SandboxFaults
+export type Faults = SandboxFaults
 
 const NORMAL: Faults = Object.freeze({ latencyMs: 0, jitterMs: 0, errorRate: 0, mode: 'normal' })
 

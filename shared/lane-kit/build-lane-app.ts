@@ -59,7 +59,9 @@ export async function buildLaneApp (opts: BuildLaneOptions): Promise<{ app: Fast
   }
 
   app.addHook('onResponse', async (req, reply) => {
-    metrics.requestDuration.observe({ lane: limits.lane, route: req.routeOptions.url ?? 'unmatched', status_code: String(reply.statusCode) }, reply.elapsedTime / 1000)
+    const route = req.routeOptions.url ?? 'unmatched'
+    metrics.requestDuration.observe({ lane: limits.lane, route, status_code: String(reply.statusCode) }, reply.elapsedTime / 1000)
+    if (route.startsWith('/v1/')) metrics.observeLatency(reply.elapsedTime / 1000)
   })
   app.addHook('onClose', async () => {
     clearInterval(stateTimer)

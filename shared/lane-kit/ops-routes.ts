@@ -7,7 +7,7 @@ import type { DbHealth } from './pressure.ts'
 
 const ops = { config: { pressureHandler: () => undefined } }
 
-export function laneStatus (kit: LaneKit) {
+export async function laneStatus (kit: LaneKit) {
   return {
     lane: kit.limits.lane,
     priority: kit.limits.priority,
@@ -19,6 +19,7 @@ export function laneStatus (kit: LaneKit) {
     pool: poolCounts(kit.pool),
     db: { role: kit.limits.db.role, roleConnectionLimit: kit.limits.db.roleConnectionLimit, replicas: kit.limits.db.replicas },
     rejections: kit.metrics.rejections(),
+    latency: await kit.metrics.latencyWindow(),
     pid: process.pid,
   }
 }

@@ -1,0 +1,71 @@
+// Bootstrap of the deck: read env, validate, connect as the deck's own role,
+// start polling the fleet, listen on loopback, drain on SIGTERM/SIGINT.
+import pg from 'pg'
+import { Type } from 'typebox'
+import { loadConfig } from '../../shared/config.ts'
+import { loggerOptions } from '../../shared/http-app.ts'
+import { DECK_ROLE, LANE_NAMES, deckRoleName, envPrefix, laneLimits } from '../../shared/lanes.ts'
+import { assertRole } from '../../shared/db/pool.ts'
+import { buildDeckApp } from './app.ts'
+import { Collector, type Target } from './collector.ts'
+
+const Url = Type.String({ pattern: '^https?://[^\\s/]+$' })
+const cfg = loadConfig(Type.Object({
+  DECK_PORT: Type.Integer({ default: 9090, minimum: 0, maximum: 65535 }),
+  // Loopback by default: the admin plane is never on the data-plane's interface.
+  DECK_HOST: Type.String({ default: '127.0.0.1' }),
+  ADMIN_TOKEN: Type.String({ minLength: 16, maxLength: 512, pattern: '^\\S+$' }),
+  DATABASE_URL: Type.String({ minLength: 1, description: 'connection string with the deck role' }),
+  CARD_AUTH_URL: Type.Optional(Url),
+  FRAUD_URL: Type.Optional(Url),
+  TAX_URL: Type.Optional(Url),
+  GATEWAY_URL: Type.Optional(Url),
+  /** name=url pairs, comma separated: worker-fraud=http://127.0.0.1:8104,... */
+  WORKER_URLS: Type.String({ default: '', pattern: '^([a-z0-9-]+=https?://[^\\s,/]+)?(,[a-z0-9-]+=https?://[^\\s,/]+)*$' }),
+  /** Set only for local and demo runs: enables PUT /admin/faults/tax. */
+  TAX_SANDBOX_URL: Type.Optional(Url),
+  // The page refreshes at least every 2 s (issue 8); the poll must fit inside that.
+  DECK_POLL_MS: Type.Integer({ default: 1_000, minimum: 100, maximum: 2_000 }),
+  DECK_TARGET_TIMEOUT_MS: Type.Integer({ default: 500, minimum: 50, maximum: 2_000 }),
+  DECK_HISTORY_SECONDS: Type.Integer({ default: 600, minimum: 60, maximum: 86_400 }),
+}), process.env)
+if (cfg.DECK_TARGET_TIMEOUT_MS > cfg.DECK_POLL_MS) {
+  console.error(JSON.stringify({ level: 'fatal', code: 'ERR_CONFIG_INVALID', msg: 'DECK_TARGET_TIMEOUT_MS must not exceed DECK_POLL_MS' }))
+  process.exit(1)
+}
+
+const targets: Target[] = [
+  ...LANE_NAMES.map(n => {
+    const l = laneLimits(n)
+    return { name: n, kind: 'lane' as const, url: process.env[`${envPrefix(n)}URL`] || `http://${l.host}:${l.port}` }
+  }),
+  ...(cfg.GATEWAY_URL ? [{ name: 'gateway', kind: 'gateway' as const, url: cfg.GATEWAY_URL }] : []),
+  ...cfg.WORKER_URLS.split(',').filter(Boolean).map(p => { const [name, url] = p.split('=') as [string, string]; return { name, kind: 'worker' as const, url } }),
+  ...(cfg.TAX_SANDBOX_URL ? [{ name: 'tax-sandbox', kind: 'sandbox' as const, url: cfg.TAX_SANDBOX_URL }] : []),
+]
+
+const pool = new pg.Pool({ connectionString: cfg.DATABASE_URL, max: DECK_ROLE.poolMax, application_name: 'watertight-deck' })
+pool.on('error', err => console.error(JSON.stringify({ level: 'error', msg: 'idle deck connection failed', err: err.message })))
+const collector = new Collector({ targets, pollMs: cfg.DECK_POLL_MS, timeoutMs: cfg.DECK_TARGET_TIMEOUT_MS, historySeconds: cfg.DECK_HISTORY_SECONDS })
+const app = buildDeckApp({ adminToken: cfg.ADMIN_TOKEN, pool, collector, sandboxUrl: cfg.TAX_SANDBOX_URL, logger: loggerOptions() })
+app.addHook('onClose', async () => { await collector.stop(); await pool.end() })
+try {
+  await assertRole(pool, deckRoleName())
+  collector.start()
+  await app.listen({ port: cfg.DECK_PORT, host: cfg.DECK_HOST })
+} catch (err) {
+  console.error(JSON.stringify({ level: 'fatal', code: (err as { code?: string }).code, msg: (err as Error).message }))
+  await app.close().catch(() => {})
+  process.exit(1)
+}
+let closing = false
+const stop = (): void => {
+  if (closing) return
+  closing = true
+  const force = setTimeout(() => process.exit(1), 10_000)
+  force.unref()
+  app.close().then(() => process.exit(0), () => process.exit(1))
+}
+process.on('SIGTERM', stop)
+process.on('SIGINT', stop)
+if (process.send) process.on('disconnect', stop)
