@@ -2,7 +2,6 @@
 // (latency, jitter, error rate, hang, connection reset) settable at runtime.
 // It is not a lane: it plays the slow dependency of INC-4491.
 import type { FastifyServerOptions } from 'fastify'
-import { Type, type Static } from 'typebox'
 import { SandboxFaults } from '../../shared/admin-schemas.ts'
 import { TaxQuoteRequest } from '../../shared/api-schemas.ts'
 import { createHttpApp } from '../../shared/http-app.ts'
