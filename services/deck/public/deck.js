@@ -335,9 +335,9 @@
 
   /** @param {any} f */
   function showFaults (f) {
-    $('faults-now').textContent = f.mode === 'normal' && !f.latencyMs && !f.jitterMs && !f.errorRate
-      ? 'now: normal'
-      : `now: ${f.mode}, latency ${f.latencyMs} ms ± ${f.jitterMs} ms, error rate ${f.errorRate}`
+    $('faults-now').textContent = f.mode !== 'normal'
+      ? `now: ${f.mode === 'hang' ? 'hanging (never answers)' : 'resetting connections'}`
+      : !f.latencyMs && !f.jitterMs && !f.errorRate ? 'now: normal' : `now: latency ${f.latencyMs} ms ± ${f.jitterMs} ms, error rate ${f.errorRate}`
     $('faults-now').dataset.mode = f.mode
   }
 
