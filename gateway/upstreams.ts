@@ -2,7 +2,8 @@
 // in-flight cap. A lane that is down or hung can pile up at most its cap here,
 // and only its own routes fail (ERR_LANE_UNAVAILABLE); other lanes' pools and
 // sockets are untouched.
-import { Pool } from 'undici'
+import type { Pool } from 'undici'
+import { createOriginPool } from '../shared/lane-kit/http.ts'
 import { LANE_NAMES, type LaneLimits, type LaneName } from '../shared/lanes.ts'
 
 export interface Upstream {
@@ -27,14 +28,7 @@ export function createUpstreams (limits: Record<LaneName, LaneLimits>, urls: Rec
       cap: l.gateway.inflightCap,
       timeoutMs,
       inflight: 0,
-      pool: new Pool(urls[lane], {
-        connections: l.gateway.inflightCap,
-        pipelining: 1,
-        connectTimeout: 1_000,
-        headersTimeout: timeoutMs,
-        bodyTimeout: timeoutMs,
-        keepAliveTimeout: 4_000,
-      }),
+      pool: createOriginPool(urls[lane], { connections: l.gateway.inflightCap, timeoutMs, connectTimeoutMs: 1_000 }),
     }
   }
   return out

@@ -102,7 +102,7 @@ t.test('reconciliation records the true rate once the provider answers', async t
 t.test('a 1% error fails certification, and the lane refuses that jurisdiction', async t => {
   writeTable({ ...base.rates, DE: base.rates.DE! * 1.01 })
   const run = promisify(execFile)
-  const cli = await run(process.execPath, ['--import', 'tsx', 'services/tax/compensation/certify.ts', '--table', tableFile, '--provider', fleet.sandbox.url, '--out', certFile], { cwd: ROOT }).catch(e => e as { code: number, stdout: string })
+  const cli = await run(process.execPath, ['--import', 'tsx', 'services/tax/compensation/certify-cli.ts', '--table', tableFile, '--provider', fleet.sandbox.url, '--out', certFile], { cwd: ROOT }).catch(e => e as { code: number, stdout: string })
   t.equal((cli as { code?: number }).code, 1, 'tax:certify exits 1')
   t.match(cli.stdout, /FAILED DE: table 0\.1919\d*, provider 0\.19, off by 1\.00%/)
   const cert = JSON.parse(fs.readFileSync(certFile, 'utf8'))

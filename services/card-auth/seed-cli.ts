@@ -1,7 +1,7 @@
 // `npm run seed:cards -- N`: load N card accounts for load tests into the
 // database of the local run (.data/credentials.json) or DATABASE_URL.
 import fs from 'node:fs'
-import pg from 'pg'
+import { createClient } from '../../shared/db/pool.ts'
 import { seedDemoCards, seedLoadCards } from './seed.ts'
 
 // `demo`: the demo accounts; prints them as JSON (npm start uses this).
@@ -17,7 +17,7 @@ if (!url) {
   console.error('no database: start the fleet with npm start first, or set DATABASE_URL')
   process.exit(2)
 }
-const client = new pg.Client({ connectionString: url })
+const client = createClient(url, 'watertight-seed')
 await client.connect()
 if (demo) {
   console.log(JSON.stringify(await seedDemoCards(client)))

@@ -1,6 +1,6 @@
 // Card accounts for demos and load tests. `npm run seed:cards -- N` loads N
 // accounts (tok_load_000001 ...) with a large balance; npm start seeds the demo set.
-import pg from 'pg'
+import type pg from 'pg'
 
 export const DEMO_CARDS = Object.freeze([
   { token: 'tok_demo_visa_eur', currency: 'EUR', available: 500_000, status: 'active' },

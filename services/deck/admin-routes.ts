@@ -4,7 +4,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import type pg from 'pg'
 import { Type } from 'typebox'
-import { request } from 'undici'
+import type { Agent } from 'undici'
 import { QueueName, QueuePatchBody, RequeueBody, SandboxFaults } from '../../shared/admin-schemas.ts'
 import { AppError } from '../../shared/errors.ts'
 import { listDead, queueStats, requeueDead, updateQueue, type QueueStats } from '../../shared/queue/admin.ts'
@@ -17,6 +17,8 @@ export interface AdminDeps {
   requireAdmin: (req: FastifyRequest) => Operator
   /** The tax sandbox, for local and demo runs only; fault injection is off without it. */
   sandboxUrl: string | undefined
+  /** The deck's own HTTP client for the sandbox. */
+  http: Agent
 }
 
 const NameParams = Type.Object({ name: QueueName }, { additionalProperties: false })
@@ -87,8 +89,8 @@ export function registerAdminRoutes (app: FastifyInstance, d: AdminDeps): void {
   const sandbox = async (method: 'GET' | 'PUT', body?: unknown): Promise<unknown> => {
     if (!d.sandboxUrl) throw new AppError('ERR_FAULT_INJECTION_DISABLED')
     try {
-      const res = await request(`${d.sandboxUrl}/faults`, {
-        method, signal: AbortSignal.timeout(SANDBOX_TIMEOUT_MS),
+      const res = await d.http.request({
+        origin: d.sandboxUrl, path: '/faults', method, signal: AbortSignal.timeout(SANDBOX_TIMEOUT_MS),
         headers: { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body),
       })
       const json = await res.body.json()

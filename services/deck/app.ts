@@ -4,6 +4,7 @@ import type { FastifyServerOptions } from 'fastify'
 import type pg from 'pg'
 import client from 'prom-client'
 import { createHttpApp } from '../../shared/http-app.ts'
+import { createHttpAgent } from '../../shared/lane-kit/http.ts'
 import { createRegistry } from '../../shared/metrics.ts'
 import { adminGuard } from './admin-auth.ts'
 import { registerAdminRoutes } from './admin-routes.ts'
@@ -26,7 +27,9 @@ export function buildDeckApp (o: DeckOptions) {
     collect () { for (const s of o.collector.snapshot()) this.set({ target: s.name, kind: s.kind }, s.up ? 1 : 0) },
   })
   registerPage(app)
-  registerAdminRoutes(app, { collector: o.collector, pool: o.pool, requireAdmin: adminGuard(o.adminToken), sandboxUrl: o.sandboxUrl })
+  const http = createHttpAgent({ connections: 2, timeoutMs: 2_000 })
+  app.addHook('onClose', async () => { await http.close() })
+  registerAdminRoutes(app, { collector: o.collector, pool: o.pool, requireAdmin: adminGuard(o.adminToken), sandboxUrl: o.sandboxUrl, http })
   app.get('/health/live', async () => ({ status: 'ok' }))
   app.get('/health/ready', async (_req, reply) => {
     try { await o.pool.query('select 1'); return { status: 'ready' } } catch (err) { reply.code(503).header('retry-after', '5'); return { status: 'unready', db: (err as Error).message } }

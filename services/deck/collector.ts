@@ -5,7 +5,8 @@
 // sliding-window summary); other processes answer /health/live. The collector
 // keeps a ring of samples for the timeline, so the page can draw the last
 // minutes without Prometheus.
-import { Agent, request } from 'undici'
+import type { Agent } from 'undici'
+import { createHttpAgent } from '../../shared/lane-kit/http.ts'
 
 export type TargetKind = 'lane' | 'gateway' | 'worker' | 'sandbox'
 export interface Target { name: string, kind: TargetKind, url: string }
@@ -71,7 +72,7 @@ export class Collector {
     this.#timeoutMs = opts.timeoutMs
     this.#capacity = Math.max(1, Math.ceil(opts.historySeconds * 1000 / opts.pollMs))
     // Few sockets per target: the deck is one reader, and a hung lane's socket is destroyed on abort.
-    this.#agent = new Agent({ connections: 4, connectTimeout: opts.timeoutMs, headersTimeout: opts.timeoutMs, bodyTimeout: opts.timeoutMs, keepAliveTimeout: 4_000 })
+    this.#agent = createHttpAgent({ connections: 4, timeoutMs: opts.timeoutMs })
   }
 
   start (): void {
@@ -121,8 +122,9 @@ export class Collector {
     const started = performance.now()
     const base = { name: t.name, kind: t.kind, url: t.url, checkedAt: new Date().toISOString() }
     try {
-      const res = await request(`${t.url}${t.kind === 'lane' ? '/status' : '/health/live'}`, {
-        dispatcher: this.#agent, signal: AbortSignal.timeout(this.#timeoutMs), headers: { accept: 'application/json' },
+      const res = await this.#agent.request({
+        origin: t.url, path: t.kind === 'lane' ? '/status' : '/health/live', method: 'GET',
+        signal: AbortSignal.timeout(this.#timeoutMs), headers: { accept: 'application/json' },
       })
       const body = await res.body.json().catch(() => null) as LaneStatus | null
       const pollMs = performance.now() - started

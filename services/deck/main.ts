@@ -1,11 +1,10 @@
 // Bootstrap of the deck: read env, validate, connect as the deck's own role,
 // start polling the fleet, listen on loopback, drain on SIGTERM/SIGINT.
-import pg from 'pg'
 import { Type } from 'typebox'
 import { loadConfig } from '../../shared/config.ts'
 import { loggerOptions } from '../../shared/http-app.ts'
 import { DECK_ROLE, LANE_NAMES, deckRoleName, envPrefix, laneLimits } from '../../shared/lanes.ts'
-import { assertRole } from '../../shared/db/pool.ts'
+import { assertRole, createRolePool } from '../../shared/db/pool.ts'
 import { buildDeckApp } from './app.ts'
 import { Collector, type Target } from './collector.ts'
 
@@ -44,8 +43,7 @@ const targets: Target[] = [
   ...(cfg.TAX_SANDBOX_URL ? [{ name: 'tax-sandbox', kind: 'sandbox' as const, url: cfg.TAX_SANDBOX_URL }] : []),
 ]
 
-const pool = new pg.Pool({ connectionString: cfg.DATABASE_URL, max: DECK_ROLE.poolMax, application_name: 'watertight-deck' })
-pool.on('error', err => console.error(JSON.stringify({ level: 'error', msg: 'idle deck connection failed', err: err.message })))
+const pool = createRolePool(cfg.DATABASE_URL, { max: DECK_ROLE.poolMax, applicationName: 'watertight-deck' })
 const collector = new Collector({ targets, pollMs: cfg.DECK_POLL_MS, timeoutMs: cfg.DECK_TARGET_TIMEOUT_MS, historySeconds: cfg.DECK_HISTORY_SECONDS })
 const app = buildDeckApp({ adminToken: cfg.ADMIN_TOKEN, pool, collector, sandboxUrl: cfg.TAX_SANDBOX_URL, logger: loggerOptions() })
 app.addHook('onClose', async () => { await collector.stop(); await pool.end() })

@@ -105,7 +105,7 @@ try {
   const [sandbox, ...rest] = children
   sandbox!.start()
   await waitHealthy(sandbox!.spec.healthUrl, 60_000)
-  const cert = await tool('services/tax/compensation/certify.ts', ['--provider', sandboxUrl, '--out', certFile]).catch((err: { stdout?: string }) => ({ stdout: err.stdout ?? 'certification failed' }))
+  const cert = await tool('services/tax/compensation/certify-cli.ts', ['--provider', sandboxUrl, '--out', certFile]).catch((err: { stdout?: string }) => ({ stdout: err.stdout ?? 'certification failed' }))
   say(cert.stdout.trim().split('\n')[0] ?? '')
   for (const c of rest) c.start()
   await Promise.all(rest.map(c => waitHealthy(c.spec.healthUrl, 60_000)))

@@ -4,12 +4,12 @@
 import { existsSync } from 'node:fs'
 import path from 'node:path'
 import { parseArgs } from 'node:util'
-import pg from 'pg'
+import type pg from 'pg'
 import { Type } from 'typebox'
 import { loadConfig } from '../../shared/config.ts'
 import { loggerOptions } from '../../shared/http-app.ts'
 import { JOBS_ROLE, LANE_NAMES, LANE_QUEUES, envPrefix, laneLimits, type LaneName } from '../../shared/lanes.ts'
-import { assertRole } from '../../shared/db/pool.ts'
+import { assertRole, createRolePool } from '../../shared/db/pool.ts'
 import { buildApp } from './app.ts'
 import { BUILTIN_JOBS } from './builtin-jobs.ts'
 import type { JobType } from './job-types.ts'
@@ -40,21 +40,22 @@ const types: JobType[] = [...BUILTIN_JOBS]
 const lanePools: Partial<Record<LaneName, pg.Pool>> = {}
 for (const lane of LANE_NAMES) {
   if (!LANE_QUEUES[lane].some(q => queueNames.includes(q))) continue
-  const file = path.resolve(import.meta.dirname, `../${lane}/jobs/index.ts`)
+  // .ts from source (tsx), .js once compiled (the container image).
+  const file = path.resolve(import.meta.dirname, `../${lane}/jobs/index${path.extname(import.meta.filename)}`)
   if (!existsSync(file)) continue
-  types.push(...((await import(file)) as { JOB_TYPES: JobType[] }).JOB_TYPES)
+  types.push(...((await import(file)) as { jobTypes: () => JobType[] }).jobTypes())
   // The lane's jobs run with the lane's own role, on the share of its CONNECTION
   // LIMIT reserved for the worker, so async work cannot exceed the lane's budget.
   const url = process.env[`${envPrefix(lane)}DATABASE_URL`]
   if (!url) { console.error(`worker: ${envPrefix(lane)}DATABASE_URL (the ${lane} role) is required for ${lane} jobs`); process.exit(2) }
   const limits = laneLimits(lane)
-  lanePools[lane] = new pg.Pool({ connectionString: url, max: Math.max(1, limits.db.workerPoolMax), application_name: `watertight-worker-${lane}` })
+  lanePools[lane] = createRolePool(url, { max: Math.max(1, limits.db.workerPoolMax), applicationName: `watertight-worker-${lane}` })
   await assertRole(lanePools[lane]!, limits.db.role)
 }
 
 // This process's share of the role's limit, less one for the LISTEN connection.
 const poolMax = cfg.WORKER_POOL_MAX ?? Math.max(1, Math.floor(cfg.JOBS_POOL_MAX / cfg.WORKER_REPLICAS) - 1)
-const pool = new pg.Pool({ connectionString: cfg.DATABASE_URL, max: poolMax, application_name: 'watertight-worker' })
+const pool = createRolePool(cfg.DATABASE_URL, { max: poolMax, applicationName: 'watertight-worker' })
 const logger = loggerOptions()
 const worker = new Worker({
   pool, databaseUrl: cfg.DATABASE_URL,

@@ -6,7 +6,8 @@
 // finish, then aborts and releases whatever is left.
 import crypto from 'node:crypto'
 import { EventEmitter } from 'node:events'
-import pg from 'pg'
+import type pg from 'pg'
+import { createClient } from '../../shared/db/pool.ts'
 import { claim } from '../../shared/queue/claim.ts'
 import { complete } from '../../shared/queue/complete.ts'
 import { fail } from '../../shared/queue/fail.ts'
@@ -61,7 +62,7 @@ export class Worker extends EventEmitter {
   }
 
   async start (): Promise<void> {
-    const l = new pg.Client({ connectionString: this.#o.databaseUrl, application_name: `watertight-worker-listen-${this.id}` })
+    const l = createClient(this.#o.databaseUrl, `watertight-worker-listen-${this.id}`)
     l.on('error', err => this.#o.log.warn({ err }, 'listen client error; polling continues'))
     l.on('notification', msg => { if (!msg.payload || msg.payload in this.#o.queues) this.wake() })
     await l.connect()

@@ -24,6 +24,22 @@ export function createLanePool (limits: LaneLimits, databaseUrl: string, log: { 
   return pool
 }
 
+/**
+ * A pool for a process that is not a lane (worker, deck): one role, a max that
+ * is that process's share of the role's limit. With createLanePool, the only
+ * places the fleet makes pools (npm run lint:bulkheads holds everyone to it).
+ */
+export function createRolePool (databaseUrl: string, o: { max: number, applicationName: string }, log: { error: (o: object, m: string) => void } = { error: (obj, m) => console.error(JSON.stringify({ level: 'error', msg: m, err: String((obj as { err?: unknown }).err) })) }): pg.Pool {
+  const pool = new pg.Pool({ connectionString: databaseUrl, max: o.max, application_name: o.applicationName })
+  pool.on('error', err => log.error({ err }, 'idle pg client error'))
+  return pool
+}
+
+/** One connection, for LISTEN and for command-line tools. */
+export function createClient (databaseUrl: string, applicationName = 'watertight-tool'): pg.Client {
+  return new pg.Client({ connectionString: databaseUrl, application_name: applicationName })
+}
+
 export function poolCounts (pool: pg.Pool): PoolCounts {
   return { total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount, max: (pool.options as { max: number }).max }
 }

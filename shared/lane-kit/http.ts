@@ -2,7 +2,7 @@
 // calls it (never module-level, never shared across lanes), with connection
 // count bounded by the lane's permits so a slow upstream can hold no more
 // sockets than the lane has executions.
-import { Pool } from 'undici'
+import { Agent, Pool } from 'undici'
 import type { LaneLimits } from '../lanes.ts'
 
 export function createUpstreamPool (origin: string, limits: LaneLimits, opts: { timeoutMs: number }): Pool {
@@ -14,4 +14,22 @@ export function createUpstreamPool (origin: string, limits: LaneLimits, opts: { 
     bodyTimeout: opts.timeoutMs,
     keepAliveTimeout: 4_000,
   })
+}
+
+/**
+ * An HTTP client for one caller that talks to a few origins (the deck's
+ * probes, the certification tool): its own sockets, bounded, never undici's
+ * global dispatcher, which every module in a process would share.
+ */
+export function createHttpAgent (o: { connections: number, timeoutMs: number }): Agent {
+  return new Agent({ connections: o.connections, connectTimeout: o.timeoutMs, headersTimeout: o.timeoutMs, bodyTimeout: o.timeoutMs, keepAliveTimeout: 4_000 })
+}
+
+/**
+ * A pool to one origin with its own sockets, `connections` at most: the
+ * gateway's pool per lane (capped at the lane's in-flight cap), a worker's
+ * provider client.
+ */
+export function createOriginPool (origin: string, o: { connections: number, timeoutMs: number, connectTimeoutMs?: number }): Pool {
+  return new Pool(origin, { connections: o.connections, pipelining: 1, connectTimeout: o.connectTimeoutMs ?? Math.min(o.timeoutMs, 5_000), headersTimeout: o.timeoutMs, bodyTimeout: o.timeoutMs, keepAliveTimeout: 4_000 })
 }

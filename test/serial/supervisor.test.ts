@@ -15,7 +15,7 @@ import { freePort, ROOT } from '../helpers/procs.ts'
 const db = await testDatabase(t)
 const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'wt-sup-'))
 t.teardown(() => fs.rmSync(dataDir, { recursive: true, force: true }))
-const ports = { GATEWAY_PORT: await freePort(), TAX_SANDBOX_PORT: await freePort(), WORKER_PORT: await freePort(), CARD_AUTH_PORT: await freePort(), FRAUD_PORT: await freePort(), TAX_PORT: await freePort() }
+const ports = { GATEWAY_PORT: await freePort(), TAX_SANDBOX_PORT: await freePort(), WORKER_PORT: await freePort(), CARD_AUTH_PORT: await freePort(), FRAUD_PORT: await freePort(), TAX_PORT: await freePort(), DECK_PORT: await freePort() }
 const sup = spawn(process.execPath, ['--import', 'tsx', 'services/supervisor/main.ts'], {
   cwd: ROOT,
   env: { ...process.env, ...db.env, DATABASE_URL: db.superUrl, DATA_DIR: dataDir, ...Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])) },
@@ -31,7 +31,7 @@ t.test('the fleet comes up with credentials, survives a killed lane, and stops c
   const up = await eventually(async () => lines.find(l => l.includes('fleet is up')), 60_000, 100)
   t.ok(up, `fleet is up\n${up ? '' : lines.slice(-30).join('\n')}`)
   const pids = Object.fromEntries([...up!.matchAll(/([a-z-]+)=(\d+)/g)].map(m => [m[1]!, Number(m[2])]))
-  t.same(Object.keys(pids).sort(), ['card-auth', 'fraud', 'gateway', 'tax', 'tax-sandbox', 'worker-fraud', 'worker-tax'])
+  t.same(Object.keys(pids).sort(), ['card-auth', 'deck', 'fraud', 'gateway', 'tax', 'tax-sandbox', 'worker-fraud', 'worker-tax'])
   t.ok(lines.some(l => l.includes('curl -s -X POST')), 'prints an example curl')
 
   const credsFile = path.join(dataDir, 'credentials.json')
@@ -42,6 +42,12 @@ t.test('the fleet comes up with credentials, survives a killed lane, and stops c
   const card = creds.demoCards[0]
   const authorize = (key: string) => call(creds.gatewayUrl + '/v1/authorizations', { json: { merchantId: 'm_sup', cardToken: card.token, amount: { value: 100, currency: card.currency } }, headers: { authorization: `Bearer ${creds.apiKey}`, 'idempotency-key': key } })
   t.equal((await authorize('sup-1')).status, 201, 'an authorization through the gateway')
+  t.equal((await call(creds.deckUrl + '/admin/lanes')).status, 401, 'the deck is up and wants the token')
+  const lanes = await eventually(async () => {
+    const r = await call(creds.deckUrl + '/admin/lanes', { headers: { authorization: `Bearer ${creds.adminToken}` } })
+    return r.body.lanes?.every((l: { up: boolean }) => l.up) && r.body.processes?.every((p: { up: boolean }) => p.up) ? r.body : undefined
+  }, 10_000, 200)
+  t.ok(lanes, 'with the printed token, the deck sees every lane and process up')
 
   process.kill(pids['card-auth']!, 'SIGKILL')
   const again = await eventually(async () => { const r = await authorize('sup-2'); return r.status === 201 ? r : undefined }, 20_000, 200)

@@ -6,9 +6,9 @@ import { FatalJobError } from '../../worker/job-types.ts'
 import { cardHistory } from '../history.ts'
 import { score, weightsFromEnv } from '../scoring.ts'
 
-const weights = weightsFromEnv()
-
-export const JOB_TYPES: JobType[] = [{
+export function jobTypes (): JobType[] {
+  const weights = weightsFromEnv()
+  return [{
   type: 'fraud.score',
   lane: 'fraud',
   idempotent: true,
@@ -35,3 +35,4 @@ export const JOB_TYPES: JobType[] = [{
     } finally { c.release() }
   },
 }]
+}

@@ -3,15 +3,17 @@
 // lane's own role (tax_ds), at most MaxWorkers (3) at once fleet-wide, so the
 // backlog after a brownout cannot re-overload the provider. Idempotent: it only
 // fills reconciled_* once.
-import { Pool } from 'undici'
+import type { Pool } from 'undici'
+import { createOriginPool } from '../../../shared/lane-kit/http.ts'
 import type { JobType } from '../../worker/job-types.ts'
 import { FatalJobError } from '../../worker/job-types.ts'
 import { ProviderError, quoteFromProvider } from '../provider.ts'
 
-let provider: Pool | undefined
-const providerPool = (): Pool => (provider ??= new Pool(process.env.TAX_PROVIDER_URL ?? 'http://127.0.0.1:8190', { connections: 3 }))
-
-export const JOB_TYPES: JobType[] = [{
+/** The job types, with a provider client of their own per worker (3 sockets: MaxWorkers of tax-reconcile). */
+export function jobTypes (): JobType[] {
+  // A Pool opens no socket until the first job uses it.
+  const provider: Pool = createOriginPool(process.env.TAX_PROVIDER_URL ?? 'http://127.0.0.1:8190', { connections: 3, timeoutMs: 5_000 })
+  return [{
   type: 'tax.reconcile',
   lane: 'tax',
   idempotent: true,
@@ -23,7 +25,7 @@ export const JOB_TYPES: JobType[] = [{
     if (!q) throw new FatalJobError(`quote ${String(payload.quoteId)} does not exist`)
     if (q.reconciled_at) return { already: true }
     try {
-      const p = await quoteFromProvider(providerPool(), { jurisdiction: q.jurisdiction, amount: { value: Number(q.amount), currency: q.currency } }, { deadlineMs: 5_000, signal: ctx.signal })
+      const p = await quoteFromProvider(provider, { jurisdiction: q.jurisdiction, amount: { value: Number(q.amount), currency: q.currency } }, { deadlineMs: 5_000, signal: ctx.signal })
       const trueTax = Math.round(Number(q.amount) * p.rate)
       await db.query('update tax.quotes set reconciled_rate = $2, reconciled_tax = $3, reconciled_at = now() where id = $1 and reconciled_at is null', [payload.quoteId, p.rate, trueTax])
       return { rate: p.rate, tax: trueTax, difference: trueTax - Number(q.tax) }
@@ -33,3 +35,4 @@ export const JOB_TYPES: JobType[] = [{
     }
   },
 }]
+}

@@ -1,0 +1,32 @@
+// The container image's entry: `node dist/services/main.js <process>` runs one
+// process of the fleet, so one image serves every Deployment and compose
+// service. Modules load with the running file's extension: .ts under tsx, .js
+// once compiled.
+import path from 'node:path'
+
+const here = import.meta.dirname
+const ext = path.extname(import.meta.filename)
+export const PROCESSES: Readonly<Record<string, string>> = Object.freeze({
+  gateway: '../gateway/main',
+  'card-auth': './card-auth/main',
+  fraud: './fraud/main',
+  tax: './tax/main',
+  worker: './worker/main',
+  deck: './deck/main',
+  'tax-sandbox': './tax-sandbox/main',
+  // One-shot jobs: migrations and roles, tax certification, API keys.
+  migrate: '../shared/db/migrate-cli',
+  'tax-certify': './tax/compensation/certify-cli',
+  keys: '../gateway/keys-cli',
+  healthcheck: './healthcheck',
+})
+
+const name = process.argv[2] ?? ''
+const target = PROCESSES[name]
+if (!target) {
+  console.error(`usage: main.js <${Object.keys(PROCESSES).join('|')}> [args...]`)
+  process.exit(2)
+}
+// The chosen module reads its own arguments after the process name.
+process.argv.splice(2, 1)
+await import(path.join(here, target + ext))
