@@ -1,0 +1,106 @@
+// The container image's contents, without a Docker engine: deploy/build-dist.sh
+// (the script the Dockerfile runs) compiles the fleet, and the compiled entry
+// then runs for real — migrate a fresh database with its own roles, start a
+// lane and the deck from JavaScript, and answer the image's health check.
+import { execFile, spawn } from 'node:child_process'
+import crypto from 'node:crypto'
+import fs from 'node:fs'
+import path from 'node:path'
+import { promisify } from 'node:util'
+import pg from 'pg'
+import t from 'tap'
+import { dbRoles, laneLimits } from '../shared/lanes.ts'
+import { testDatabase } from './helpers/db.ts'
+import { call } from './helpers/http.ts'
+import { ROOT } from './helpers/procs.ts'
+import readline from 'node:readline'
+
+const run = promisify(execFile)
+const exec = (file: string, args: string[], env: Record<string, string> = {}) =>
+  run(file, args, { cwd: ROOT, env: { ...process.env, ...env } }).then(r => ({ code: 0, out: r.stdout + r.stderr }), (e: { code: number, stdout: string, stderr: string }) => ({ code: e.code, out: e.stdout + e.stderr }))
+
+const dockerfile = fs.readFileSync(path.join(ROOT, 'deploy/Dockerfile'), 'utf8')
+const out = path.join(ROOT, 'test-artifacts', `dist-${crypto.randomBytes(4).toString('hex')}`)
+t.teardown(() => fs.rmSync(out, { recursive: true, force: true }))
+
+t.test('the Dockerfile: multi-stage, production dependencies, non-root, health check, one entry', async t => {
+  const stages = [...dockerfile.matchAll(/^FROM\s+\S+\s+AS\s+(\S+)/gim)].map(m => m[1])
+  t.ok(stages.length >= 3, `stages: ${stages.join(', ')}`)
+  const runtime = dockerfile.slice(dockerfile.lastIndexOf('\nFROM '))
+  t.match(runtime, /^USER node$/m, 'the runtime stage runs as node (uid 1000)')
+  t.notMatch(runtime, /npm (ci|install)(?![^\n]*--omit=dev)/, 'no dev install in the runtime stage')
+  t.match(dockerfile, /npm ci --omit=dev --omit=optional/, 'production dependencies only')
+  t.match(runtime, /^HEALTHCHECK .*dist\/services\/healthcheck\.js/m, 'health check')
+  t.match(runtime, /^ENTRYPOINT \["node", "dist\/services\/main\.js"\]$/m, 'one entry for every process')
+  t.match(dockerfile, /sh deploy\/build-dist\.sh dist/, 'the build stage runs the script this test runs')
+})
+
+t.test('the build compiles to JavaScript with its run-time files', async t => {
+  const built = await exec('sh', ['deploy/build-dist.sh', out])
+  t.equal(built.code, 0, built.out)
+  for (const f of ['services/main.js', 'services/healthcheck.js', 'shared/db/migrate-cli.js', 'gateway/main.js', 'services/deck/public/index.html', 'services/tax/compensation/rates-table.json', 'shared/db/migrations/0005_jobs.sql']) {
+    t.ok(fs.existsSync(path.join(out, f)), f)
+  }
+  t.notOk(fs.existsSync(path.join(out, 'test')), 'no tests in the image')
+  t.notOk(fs.readdirSync(out, { recursive: true }).some(f => String(f).endsWith('.ts')), 'no TypeScript in the image')
+})
+
+t.test('the compiled entry migrates a fresh database, runs a lane and the deck, and health-checks', async t => {
+  const db = await testDatabase(t)
+  const hex = crypto.randomBytes(4).toString('hex')
+  const name = `wt_ctr_${hex}`
+  const prefix = `c${hex}_`
+  await db.query(`create database ${name}`)
+  const url = new URL(db.superUrl)
+  url.pathname = '/' + name
+  const roles = dbRoles({ ROLE_PREFIX: prefix })
+  const passwords = Object.fromEntries(roles.map(r => [r.role, crypto.randomBytes(12).toString('hex')]))
+  t.teardown(async () => {
+    await db.query(`drop database if exists ${name} with (force)`)
+    for (const r of roles) await db.query(`drop role if exists "${r.role}"`)
+  })
+  const main = path.join(out, 'services/main.js')
+  const noPasswords = await exec(process.execPath, [main, 'migrate'], { DATABASE_URL: url.toString(), ROLE_PREFIX: prefix })
+  t.equal(noPasswords.code, 1, 'migrate refuses to run without the role passwords')
+  t.match(noPasswords.out, /ERR_CONFIG_INVALID.*PG_ROLE_PASSWORD_CARD_AUTH_DS/)
+  const pwEnv = Object.fromEntries(roles.map(r => [`PG_ROLE_PASSWORD_${r.role.slice(prefix.length).toUpperCase()}`, passwords[r.role]!]))
+  const migrated = await exec(process.execPath, [main, 'migrate'], { DATABASE_URL: url.toString(), ROLE_PREFIX: prefix, ...pwEnv })
+  t.equal(migrated.code, 0, migrated.out)
+  const check = new pg.Client({ connectionString: url.toString() })
+  await check.connect()
+  const { rows } = await check.query<{ rolname: string, rolconnlimit: number }>('select rolname, rolconnlimit from pg_roles where rolname like $1 order by 1', [prefix + '%'])
+  await check.end()
+  t.same(Object.fromEntries(rows.map(r => [r.rolname.slice(prefix.length), r.rolconnlimit])), { card_auth_ds: 40, deck_ds: 2, fraud_ds: 15, jobs_ds: 10, tax_ds: 5 }, 'roles with their connection limits')
+
+  const roleUrl = (role: string) => { const u = new URL(url); u.username = prefix + role; u.password = passwords[prefix + role]!; return u.toString() }
+  const start = async (proc: string, env: Record<string, string>): Promise<string> => {
+    const child = spawn(process.execPath, [main, proc], { cwd: ROOT, env: { ...process.env, ROLE_PREFIX: prefix, ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
+    t.teardown(() => { child.kill('SIGKILL') })
+    const lines: string[] = []
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`${proc} did not listen:\n${lines.join('\n')}`)), 30_000)
+      for (const s of [child.stdout, child.stderr]) {
+        readline.createInterface({ input: s }).on('line', l => {
+          lines.push(l)
+          const m = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(l)
+          if (m) { clearTimeout(timer); resolve(m[1]!) }
+        })
+      }
+      child.once('exit', code => { clearTimeout(timer); reject(new Error(`${proc} exited ${code}:\n${lines.join('\n')}`)) })
+    })
+  }
+  const lane = await start('card-auth', { DATABASE_URL: roleUrl('card_auth_ds'), CARD_AUTH_PORT: '0' })
+  t.equal((await call(lane + '/health/ready')).status, 200, 'the compiled card-auth lane is ready on its own role')
+  t.equal((await call(lane + '/status')).body.permits, laneLimits('card-auth').permits)
+  const deck = await start('deck', { DATABASE_URL: roleUrl('deck_ds'), DECK_PORT: '0', ADMIN_TOKEN: crypto.randomBytes(16).toString('hex'), CARD_AUTH_URL: lane })
+  const page = await call(deck + '/')
+  t.equal(page.status, 200, 'the compiled deck serves its page')
+  t.match(page.body, /The Deck/)
+
+  const health = path.join(out, 'services/healthcheck.js')
+  t.equal((await exec(process.execPath, [health], { HEALTH_URL: lane + '/health/live' })).code, 0, 'health check passes on a live process')
+  t.equal((await exec(process.execPath, [health], { HEALTH_URL: 'http://127.0.0.1:9/health/live' })).code, 1, 'and fails when nothing answers')
+  const usage = await exec(process.execPath, [main, 'no-such-process'])
+  t.equal(usage.code, 2, 'an unknown process name is refused')
+  t.match(usage.out, /usage: main\.js <gateway\|card-auth/)
+})
