@@ -1,0 +1,82 @@
+// deploy/compose, checked by a real compose parser (`docker compose config`, or
+// Debian's docker-compose, which needs no engine for `config`): every process its
+// own service with a health check and its own limits, lanes and PostgreSQL on
+// internal networks, and `--scale tax=2` within the tax role's connection limit.
+import { execFile } from 'node:child_process'
+import { promisify } from 'node:util'
+import t from 'tap'
+import { parse } from 'yaml'
+import { laneLimits, LANE_NAMES } from '../shared/lanes.ts'
+import { ROOT } from './helpers/procs.ts'
+
+const run = promisify(execFile)
+const FILE = 'deploy/compose/docker-compose.yml'
+
+async function composeConfig (env: Record<string, string> = {}): Promise<any> {
+  const opts = { cwd: ROOT, env: { ...process.env, ...env }, maxBuffer: 16 * 1024 * 1024 }
+  const v2 = await run('docker', ['compose', '-f', FILE, 'config'], opts).catch(() => undefined)
+  if (v2) return parse(v2.stdout)
+  const v1 = await run('docker-compose', ['-f', FILE, 'config'], opts).catch((e: { code?: string, stderr?: string }) => {
+    throw new Error(e.code === 'ENOENT' ? 'no compose tool: run `bash .ci/system-deps` (installs docker-compose)' : `compose config failed: ${e.stderr}`)
+  })
+  return parse(v1.stdout)
+}
+
+const cfg = await composeConfig()
+const svc = cfg.services as Record<string, any>
+const PROCESSES = ['gateway', ...LANE_NAMES, 'worker-fraud', 'worker-tax', 'deck', 'tax-sandbox']
+const netsOf = (s: any): string[] => Array.isArray(s.networks) ? s.networks : Object.keys(s.networks ?? {})
+const hostPorts = (s: any): Array<{ host_ip?: string, published?: string | number }> => (s.ports ?? []).map((p: any) => typeof p === 'string' ? { published: p.split(':').at(-2), host_ip: p.split(':').length > 2 ? p.split(':')[0] : undefined } : p)
+const dbUser = (url: string): string => new URL(url).username
+
+t.test('the file parses, and each process is its own service of the one image', async t => {
+  for (const p of PROCESSES) {
+    t.ok(svc[p], `${p} is a service`)
+    t.equal(svc[p].image, svc.gateway.image, `${p} runs the fleet image`)
+    t.equal([svc[p].command].flat()[0], p.startsWith('worker-') ? 'worker' : p, `${p} runs its own process`)
+  }
+  t.ok(svc.postgres && svc.migrate, 'PostgreSQL and the migrate job')
+})
+
+t.test('health checks, and CPU and memory limits per lane', async t => {
+  for (const p of [...PROCESSES, 'postgres']) {
+    t.ok(svc[p].healthcheck && !svc[p].healthcheck.disable && svc[p].healthcheck.test, `${p} has a health check`)
+    t.ok(Number(svc[p].cpus) > 0, `${p} cpus ${svc[p].cpus}`)
+    t.ok(svc[p].mem_limit, `${p} mem_limit ${svc[p].mem_limit}`)
+  }
+  t.ok(Number(svc['card-auth'].cpus) > Number(svc.tax.cpus), 'the P0 lane gets more CPU than the P2 lane')
+})
+
+t.test('lanes and PostgreSQL are reachable only on internal networks', async t => {
+  const internal = new Set(Object.entries(cfg.networks as Record<string, any>).filter(([, n]) => n?.internal).map(([k]) => k))
+  for (const p of [...LANE_NAMES, 'worker-fraud', 'worker-tax', 'postgres', 'tax-sandbox']) {
+    t.ok(netsOf(svc[p]).every(n => internal.has(n)), `${p} only on internal networks (${netsOf(svc[p]).join(', ')})`)
+    t.same(hostPorts(svc[p]), [], `${p} publishes no port`)
+  }
+  t.same(hostPorts(svc.gateway).map(p => String(p.published)), ['8080'], 'the gateway is the data-plane port')
+  t.ok(hostPorts(svc.deck).every(p => p.host_ip === '127.0.0.1'), 'the deck is published on the host loopback only')
+  t.notOk(netsOf(svc.gateway).includes('data'), 'the gateway cannot reach PostgreSQL')
+  const onData = Object.keys(svc).filter(k => netsOf(svc[k]).includes('data')).sort()
+  t.same(onData, ['card-auth', 'deck', 'fraud', 'migrate', 'postgres', 'tax', 'worker-fraud', 'worker-tax'], 'only lanes, workers, deck and migrate reach PostgreSQL')
+})
+
+t.test('each lane connects as its own role; workers share only jobs_ds', async t => {
+  const users = Object.fromEntries(LANE_NAMES.map(l => [l, dbUser(svc[l].environment.DATABASE_URL)]))
+  t.same(users, { 'card-auth': 'card_auth_ds', fraud: 'fraud_ds', tax: 'tax_ds' })
+  t.equal(dbUser(svc.deck.environment.DATABASE_URL), 'deck_ds')
+  t.equal(dbUser(svc['worker-fraud'].environment.DATABASE_URL), 'jobs_ds')
+  t.equal(dbUser(svc['worker-fraud'].environment.FRAUD_DATABASE_URL), 'fraud_ds', "fraud jobs run as the fraud role")
+  t.equal(dbUser(svc['worker-tax'].environment.TAX_DATABASE_URL), 'tax_ds')
+})
+
+t.test('--scale tax=2 stays inside the tax role connection limit', async t => {
+  t.notOk(svc.tax.container_name, 'no container_name (it would forbid a second replica)')
+  const scaled = (await composeConfig({ TAX_REPLICAS: '2' })).services.tax
+  t.equal(String(scaled.environment.TAX_REPLICAS), '2', 'TAX_REPLICAS reaches the lane')
+  const env = Object.fromEntries(Object.entries(scaled.environment as Record<string, unknown>).map(([k, v]) => [k, String(v)]))
+  const l = laneLimits('tax', env)
+  const used = 2 * l.db.poolMax + l.db.workerPoolMax
+  t.ok(used <= l.db.roleConnectionLimit, `2 replicas x ${l.db.poolMax} + worker ${l.db.workerPoolMax} = ${used} <= ${l.db.roleConnectionLimit}`)
+  const one = laneLimits('tax', {})
+  t.ok(l.db.poolMax < one.db.poolMax, `each replica's pool shrinks (${one.db.poolMax} -> ${l.db.poolMax})`)
+})
