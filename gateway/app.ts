@@ -61,6 +61,9 @@ export async function buildApp (cfg: GatewayConfig) {
     },
   })
   const guard = await retryGuard(app, cfg.retry ?? RETRY_GUARD_DEFAULTS, reason => blocked.inc({ reason }))
+  // The fleet's one rejection counter, by lane and reason: what the gateway refuses
+  // on a lane's behalf (retry storms, a lane down or at its cap) counts there too.
+  const rejected = new client.Counter({ name: 'bulkhead_rejection_total', help: 'Requests rejected before reaching the lane, by reason', labelNames: ['lane', 'reason'], registers: [registry] })
 
   const ops = { schema: { hide: true }, config: { pressureHandler: () => undefined } }
   app.get('/health/live', ops, async () => ({ status: 'ok' }))
@@ -91,7 +94,12 @@ export async function buildApp (cfg: GatewayConfig) {
           const key = req.headers['idempotency-key']
           if (typeof key !== 'string' || !IDEMPOTENCY_KEY.test(key)) throw new AppError('ERR_IDEMPOTENCY_KEY_REQUIRED', { detail: 'Idempotency-Key header (1-255 visible ASCII characters) is required on POST' })
         }
-        await guard(req)
+        try {
+          await guard(req)
+        } catch (err) {
+          rejected.inc({ lane: spec.lane, reason: (err as AppError).code === 'ERR_CLIENT_RATE_LIMITED' ? 'client_rate' : 'retry_storm' })
+          throw err
+        }
       },
       // Before schema validation: a PAN anywhere is refused as such, whatever else is wrong.
       preValidation: async req => {

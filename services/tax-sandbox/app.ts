@@ -6,6 +6,8 @@ import { SandboxFaults } from '../../shared/admin-schemas.ts'
 import { TaxQuoteRequest } from '../../shared/api-schemas.ts'
 import { createHttpApp } from '../../shared/http-app.ts'
 import { AppError } from '../../shared/errors.ts'
+import client from 'prom-client'
+import { createRegistry } from '../../shared/metrics.ts'
 import { rateFor } from './rates.ts'
 
 // The fault model lives in shared/ so the deck validates the same shape it forwards.
@@ -21,7 +23,10 @@ export function buildApp (opts: { logger?: FastifyServerOptions['logger'], rando
   let faults: Faults = { ...NORMAL }
   const pending = new Set<() => void>()
 
+  const registry = createRegistry('tax-sandbox')
+  const quotes = new client.Counter({ name: 'sandbox_quotes_total', help: 'Quotes asked of the sandbox, by the fault mode in force', labelNames: ['mode'], registers: [registry] })
   app.get('/health/live', async () => ({ status: 'ok' }))
+  app.get('/metrics', async (_req, reply) => { reply.type(registry.contentType); return registry.metrics() })
   app.get('/faults', async () => faults)
   app.put('/faults', { schema: { body: Faults } }, async req => {
     faults = { ...NORMAL, ...(req.body as Faults) }
@@ -32,6 +37,7 @@ export function buildApp (opts: { logger?: FastifyServerOptions['logger'], rando
 
   app.post('/v1/rates/quote', { schema: { body: TaxQuoteRequest } }, async (req, reply) => {
     const f = faults
+    quotes.inc({ mode: f.latencyMs > 0 && f.mode === 'normal' ? 'slow' : f.mode })
     if (f.mode === 'reset') { req.raw.socket.destroy(); return reply.hijack() }
     if (f.mode === 'hang') return new Promise(() => {}) // never answers; the client's deadline must cut it
     const delay = f.latencyMs + (f.jitterMs > 0 ? Math.floor(random() * f.jitterMs) : 0)
