@@ -64,6 +64,7 @@ export async function buildApp (cfg: GatewayConfig) {
   // The fleet's one rejection counter, by lane and reason: what the gateway refuses
   // on a lane's behalf (retry storms, a lane down or at its cap) counts there too.
   const rejected = new client.Counter({ name: 'bulkhead_rejection_total', help: 'Requests rejected before reaching the lane, by reason', labelNames: ['lane', 'reason'], registers: [registry] })
+  const laneUnavailable: UnavailableCounter = { inc: l => { unavailable.inc(l); rejected.inc({ lane: l.lane, reason: 'lane_unavailable' }) } }
 
   const ops = { schema: { hide: true }, config: { pressureHandler: () => undefined } }
   app.get('/health/live', ops, async () => ({ status: 'ok' }))
@@ -106,7 +107,7 @@ export async function buildApp (cfg: GatewayConfig) {
         const fields = panFields(req.body)
         if (fields.length > 0) throw new AppError('ERR_PAN_NOT_ACCEPTED', { detail: `fields ${fields.join(', ')} hold a raw card number; send a card token`, extensions: { fields } })
       },
-      handler: (req, reply) => proxy(req, reply, spec, upstreams[spec.lane], unavailable),
+      handler: (req, reply) => proxy(req, reply, spec, upstreams[spec.lane], laneUnavailable),
     })
   }
 
@@ -114,7 +115,9 @@ export async function buildApp (cfg: GatewayConfig) {
   return { app, registry, upstreams }
 }
 
-async function proxy (req: FastifyRequest, reply: FastifyReply, spec: RouteSpec, up: Upstream, unavailable: client.Counter<'lane' | 'reason'>): Promise<unknown> {
+interface UnavailableCounter { inc (labels: { lane: string, reason: string }): void }
+
+async function proxy (req: FastifyRequest, reply: FastifyReply, spec: RouteSpec, up: Upstream, unavailable: UnavailableCounter): Promise<unknown> {
   if (up.inflight >= up.cap) {
     unavailable.inc({ lane: up.lane, reason: 'cap_full' })
     throw new AppError('ERR_LANE_UNAVAILABLE', { detail: `lane ${up.lane} has ${up.inflight} requests in flight at the gateway (cap ${up.cap})` })
