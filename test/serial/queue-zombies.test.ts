@@ -54,9 +54,11 @@ t.test('rescue never overwrites a finished job; a rescued job cannot be complete
 
 t.test('SIGTERM drains: no new claims, running jobs finish, the process exits cleanly', async t => {
   await createQueue(db, 'drain', null)
-  await enqueueMany(db, 'drain', 'sleep', 4, { ms: 800 })
+  // Jobs of 3 s: a wide window to see both slots busy even on a stalled CI host
+  // (with 800 ms jobs, one run missed it: all 4 had finished by the first look).
+  await enqueueMany(db, 'drain', 'sleep', 4, { ms: 3_000 })
   const w = await startWorker(t, db, ['drain'], { WORKER_SLOTS: '2' }, 'worker-drain')
-  t.ok(await eventually(async () => (await db.query("select 1 from jobs.jobs_hot where queue = 'drain' and status = 'processing'")).length === 2, 5_000, 20), '2 running')
+  t.ok(await eventually(async () => (await db.query("select 1 from jobs.jobs_hot where queue = 'drain' and status = 'processing'")).length === 2, 10_000, 20), '2 running')
   const exited = new Promise<number | null>(resolve => w.proc.once('exit', code => resolve(code)))
   w.proc.kill('SIGTERM')
   t.equal(await exited, 0, 'exit 0')
