@@ -7,7 +7,8 @@ import { RUN_ID, STATE_FILE } from './state.ts'
 fs.rmSync(STATE_FILE, { force: true })
 const child = spawn(process.execPath, ['--import', 'tsx', 'test/setup/pg-daemon.ts'], {
   detached: true,
-  env: { ...process.env, WT_TEST_RUNNER_PID: RUN_ID },
+  // The server process is not measured (see test/helpers/procs.ts).
+  env: { ...process.env, NODE_V8_COVERAGE: undefined, WT_TEST_RUNNER_PID: RUN_ID },
   stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
 })
 await new Promise<void>((resolve, reject) => {
