@@ -11,6 +11,7 @@ import { createHttpApp } from '../shared/http-app.ts'
 import { problemReply } from '../shared/problem.ts'
 import { AppError } from '../shared/errors.ts'
 import { LATENCY_BUCKETS, createRegistry } from '../shared/metrics.ts'
+import { registerProcessOps } from '../shared/process-ops.ts'
 import type { LaneLimits, LaneName } from '../shared/lanes.ts'
 import { panFields } from '../shared/pan.ts'
 import { ROUTES, type RouteSpec } from './classify.ts'
@@ -67,9 +68,7 @@ export async function buildApp (cfg: GatewayConfig) {
   const laneUnavailable: UnavailableCounter = { inc: l => { unavailable.inc(l); rejected.inc({ lane: l.lane, reason: 'lane_unavailable' }) } }
 
   const ops = { schema: { hide: true }, config: { pressureHandler: () => undefined } }
-  app.get('/health/live', ops, async () => ({ status: 'ok' }))
-  app.get('/health/ready', ops, async () => ({ status: 'ready' }))
-  app.get('/metrics', ops, async (_req, reply) => { reply.type(registry.contentType); return registry.metrics() })
+  registerProcessOps(app, { registry, routeOptions: ops })
   app.get('/openapi.json', ops, async () => app.swagger())
 
   app.addHook('onResponse', async (req, reply) => {

@@ -2,12 +2,12 @@
 // PID 1 is `node dist/services/main.js <process>`, so the process name (and
 // from it the port) is read from /proc/1/cmdline; HEALTH_URL overrides.
 import fs from 'node:fs'
+import { LANE_DEFAULTS, LANE_NAMES, envPrefix } from '../shared/lanes.ts'
 
+// Each process's port variable and default (the lanes' from the lane table).
 const PORTS: Record<string, [string, number]> = {
   gateway: ['GATEWAY_PORT', 8080],
-  'card-auth': ['CARD_AUTH_PORT', 8101],
-  fraud: ['FRAUD_PORT', 8102],
-  tax: ['TAX_PORT', 8103],
+  ...Object.fromEntries(LANE_NAMES.map(n => [n, [`${envPrefix(n)}PORT`, LANE_DEFAULTS[n].port]])),
   worker: ['WORKER_PORT', 8104],
   deck: ['DECK_PORT', 9090],
   'tax-sandbox': ['TAX_SANDBOX_PORT', 8190],

@@ -41,8 +41,10 @@ export const LANE_QUEUES: Readonly<Record<LaneName, readonly string[]>> = Object
 /** The queue worker's role owns only the queue schema. */
 export const JOBS_ROLE = Object.freeze({ role: 'jobs_ds', schema: 'jobs', poolMax: 10 })
 
+const prefixed = (role: string, env: Record<string, string | undefined>): string => (env.ROLE_PREFIX ?? '') + role
+
 export function jobsRoleName (env: Record<string, string | undefined> = process.env): string {
-  return (env.ROLE_PREFIX ?? '') + JOBS_ROLE.role
+  return prefixed(JOBS_ROLE.role, env)
 }
 
 /**
@@ -53,7 +55,7 @@ export function jobsRoleName (env: Record<string, string | undefined> = process.
 export const DECK_ROLE = Object.freeze({ role: 'deck_ds', schema: 'jobs', poolMax: 2 })
 
 export function deckRoleName (env: Record<string, string | undefined> = process.env): string {
-  return (env.ROLE_PREFIX ?? '') + DECK_ROLE.role
+  return prefixed(DECK_ROLE.role, env)
 }
 
 export function envPrefix (lane: string): string {
@@ -150,6 +152,11 @@ export function laneLimits (lane: LaneName, env: Record<string, string | undefin
     port: c.PORT,
     host: c.HOST,
   })
+}
+
+/** Where a lane listens, from its limits (the default a caller uses when no URL is configured). */
+export function laneUrl (l: LaneLimits): string {
+  return `http://${l.host}:${l.port}`
 }
 
 /** Every DB role of the fleet with its fleet-wide connection limit, derived from the lane table. */

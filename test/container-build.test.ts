@@ -2,7 +2,7 @@
 // (the script the Dockerfile runs) compiles the fleet, and the compiled entry
 // then runs for real — migrate a fresh database with its own roles, start a
 // lane and the deck from JavaScript, and answer the image's health check.
-import { execFile, spawn } from 'node:child_process'
+import { execFile } from 'node:child_process'
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
@@ -12,8 +12,7 @@ import t from 'tap'
 import { dbRoles, laneLimits } from '../shared/lanes.ts'
 import { testDatabase } from './helpers/db.ts'
 import { call } from './helpers/http.ts'
-import { ROOT } from './helpers/procs.ts'
-import readline from 'node:readline'
+import { ROOT, startProcess } from './helpers/procs.ts'
 
 const run = promisify(execFile)
 const exec = (file: string, args: string[], env: Record<string, string> = {}) =>
@@ -73,22 +72,8 @@ t.test('the compiled entry migrates a fresh database, runs a lane and the deck, 
   t.same(Object.fromEntries(rows.map(r => [r.rolname.slice(prefix.length), r.rolconnlimit])), { card_auth_ds: 40, deck_ds: 2, fraud_ds: 15, jobs_ds: 10, tax_ds: 5 }, 'roles with their connection limits')
 
   const roleUrl = (role: string) => { const u = new URL(url); u.username = prefix + role; u.password = passwords[prefix + role]!; return u.toString() }
-  const start = async (proc: string, env: Record<string, string>): Promise<string> => {
-    const child = spawn(process.execPath, [main, proc], { cwd: ROOT, env: { ...process.env, ROLE_PREFIX: prefix, ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
-    t.teardown(() => { child.kill('SIGKILL') })
-    const lines: string[] = []
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`${proc} did not listen:\n${lines.join('\n')}`)), 30_000)
-      for (const s of [child.stdout, child.stderr]) {
-        readline.createInterface({ input: s }).on('line', l => {
-          lines.push(l)
-          const m = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(l)
-          if (m) { clearTimeout(timer); resolve(m[1]!) }
-        })
-      }
-      child.once('exit', code => { clearTimeout(timer); reject(new Error(`${proc} exited ${code}:\n${lines.join('\n')}`)) })
-    })
-  }
+  const start = async (proc: string, env: Record<string, string>): Promise<string> =>
+    (await startProcess(t, proc, main, { ROLE_PREFIX: prefix, ...env }, { args: [proc] })).url
   const lane = await start('card-auth', { DATABASE_URL: roleUrl('card_auth_ds'), CARD_AUTH_PORT: '0' })
   t.equal((await call(lane + '/health/ready')).status, 200, 'the compiled card-auth lane is ready on its own role')
   t.equal((await call(lane + '/status')).body.permits, laneLimits('card-auth').permits)

@@ -6,6 +6,7 @@ import client from 'prom-client'
 import { createHttpApp } from '../../shared/http-app.ts'
 import { createHttpAgent } from '../../shared/lane-kit/http.ts'
 import { createRegistry } from '../../shared/metrics.ts'
+import { registerProcessOps } from '../../shared/process-ops.ts'
 import { adminGuard } from './admin-auth.ts'
 import { registerAdminRoutes } from './admin-routes.ts'
 import type { Collector } from './collector.ts'
@@ -30,10 +31,6 @@ export function buildDeckApp (o: DeckOptions) {
   const http = createHttpAgent({ connections: 2, timeoutMs: 2_000 })
   app.addHook('onClose', async () => { await http.close() })
   registerAdminRoutes(app, { collector: o.collector, pool: o.pool, requireAdmin: adminGuard(o.adminToken), sandboxUrl: o.sandboxUrl, http })
-  app.get('/health/live', async () => ({ status: 'ok' }))
-  app.get('/health/ready', async (_req, reply) => {
-    try { await o.pool.query('select 1'); return { status: 'ready' } } catch (err) { reply.code(503).header('retry-after', '5'); return { status: 'unready', db: (err as Error).message } }
-  })
-  app.get('/metrics', async (_req, reply) => { reply.type(registry.contentType); return registry.metrics() })
+  registerProcessOps(app, { registry, pool: o.pool })
   return app
 }

@@ -3,7 +3,7 @@
 import { Type } from 'typebox'
 import { loadConfig } from '../../shared/config.ts'
 import { loggerOptions } from '../../shared/http-app.ts'
-import { DECK_ROLE, LANE_NAMES, deckRoleName, envPrefix, laneLimits } from '../../shared/lanes.ts'
+import { DECK_ROLE, LANE_NAMES, deckRoleName, envPrefix, laneLimits, laneUrl } from '../../shared/lanes.ts'
 import { assertRole, createRolePool } from '../../shared/db/pool.ts'
 import { buildDeckApp } from './app.ts'
 import { Collector, type Target } from './collector.ts'
@@ -34,10 +34,7 @@ if (cfg.DECK_TARGET_TIMEOUT_MS > cfg.DECK_POLL_MS) {
 }
 
 const targets: Target[] = [
-  ...LANE_NAMES.map(n => {
-    const l = laneLimits(n)
-    return { name: n, kind: 'lane' as const, url: process.env[`${envPrefix(n)}URL`] || `http://${l.host}:${l.port}` }
-  }),
+  ...LANE_NAMES.map(n => ({ name: n, kind: 'lane' as const, url: (cfg as Record<string, unknown>)[`${envPrefix(n)}URL`] as string | undefined ?? laneUrl(laneLimits(n)) })),
   ...(cfg.GATEWAY_URL ? [{ name: 'gateway', kind: 'gateway' as const, url: cfg.GATEWAY_URL }] : []),
   ...cfg.WORKER_URLS.split(',').filter(Boolean).map(p => { const [name, url] = p.split('=') as [string, string]; return { name, kind: 'worker' as const, url } }),
   ...(cfg.TAX_SANDBOX_URL ? [{ name: 'tax-sandbox', kind: 'sandbox' as const, url: cfg.TAX_SANDBOX_URL }] : []),

@@ -7,7 +7,7 @@ import path from 'node:path'
 import { Type } from 'typebox'
 import { loadConfig } from '../../shared/config.ts'
 import { bootstrapDatabase, localSecrets } from '../../shared/db/bootstrap.ts'
-import { deckRoleName, jobsRoleName, LANE_NAMES, LANE_QUEUES, envPrefix, laneLimits } from '../../shared/lanes.ts'
+import { deckRoleName, jobsRoleName, LANE_NAMES, LANE_QUEUES, envPrefix, laneLimits, laneUrl as laneUrlOf } from '../../shared/lanes.ts'
 import { createKey, hashKey, readKeyFile } from '../../gateway/api-keys.ts'
 import { execFile } from 'node:child_process'
 import { promisify } from 'node:util'
@@ -50,7 +50,7 @@ const live = new Set(readKeyFile(keysFile).keys.filter(k => !k.revokedAt).map(k 
 if (!apiKey || !live.has(hashKey(apiKey))) apiKey = createKey(keysFile, 'local-demo')
 
 const sandboxUrl = `http://127.0.0.1:${cfg.TAX_SANDBOX_PORT}`
-const laneUrl = Object.fromEntries(LANE_NAMES.map(n => { const l = laneLimits(n); return [n, `http://${l.host}:${l.port}`] }))
+const laneUrl = Object.fromEntries(LANE_NAMES.map(n => [n, laneUrlOf(laneLimits(n))]))
 const gatewayUrl = `http://127.0.0.1:${cfg.GATEWAY_PORT}`
 const deckUrl = `http://127.0.0.1:${cfg.DECK_PORT}`
 const workerLanes = LANE_NAMES.filter(n => LANE_QUEUES[n].length > 0)

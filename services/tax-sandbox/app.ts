@@ -8,6 +8,7 @@ import { createHttpApp } from '../../shared/http-app.ts'
 import { AppError } from '../../shared/errors.ts'
 import client from 'prom-client'
 import { createRegistry } from '../../shared/metrics.ts'
+import { registerProcessOps } from '../../shared/process-ops.ts'
 import { rateFor } from './rates.ts'
 
 // The fault model lives in shared/ so the deck validates the same shape it forwards.
@@ -25,8 +26,7 @@ export function buildApp (opts: { logger?: FastifyServerOptions['logger'], rando
 
   const registry = createRegistry('tax-sandbox')
   const quotes = new client.Counter({ name: 'sandbox_quotes_total', help: 'Quotes asked of the sandbox, by the fault mode in force', labelNames: ['mode'], registers: [registry] })
-  app.get('/health/live', async () => ({ status: 'ok' }))
-  app.get('/metrics', async (_req, reply) => { reply.type(registry.contentType); return registry.metrics() })
+  registerProcessOps(app, { registry })
   app.get('/faults', async () => faults)
   app.put('/faults', { schema: { body: Faults } }, async req => {
     faults = { ...NORMAL, ...(req.body as Faults) }

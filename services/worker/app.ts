@@ -6,6 +6,7 @@ import client from 'prom-client'
 import type pg from 'pg'
 import { createHttpApp } from '../../shared/http-app.ts'
 import { createRegistry } from '../../shared/metrics.ts'
+import { registerProcessOps } from '../../shared/process-ops.ts'
 import { queueStats } from '../../shared/queue/admin.ts'
 import type { Worker } from './runner.ts'
 
@@ -35,11 +36,7 @@ export function buildApp (o: { worker: Worker, pool: pg.Pool, logger?: FastifySe
   o.worker.on('job', (e: { queue: string, type: string, outcome: string, seconds: number }) => duration.observe({ queue: e.queue, type: e.type, outcome: e.outcome }, e.seconds))
   o.worker.on('rescued', (r: { byQueue: Record<string, number> }) => { for (const [q, n] of Object.entries(r.byQueue)) rescued.inc({ queue: q }, n) })
 
-  app.get('/health/live', async () => ({ status: 'ok' }))
-  app.get('/health/ready', async (_req, reply) => {
-    try { await o.pool.query('select 1'); return { status: 'ready' } } catch (err) { reply.code(503).header('retry-after', '5'); return { status: 'unready', db: (err as Error).message } }
-  })
+  registerProcessOps(app, { registry, pool: o.pool })
   app.get('/status', async () => ({ workerId: o.worker.id, running: o.worker.runningByQueue(), ...o.worker.stats, pid: process.pid }))
-  app.get('/metrics', async (_req, reply) => { reply.type(registry.contentType); return registry.metrics() })
   return app
 }

@@ -6,14 +6,7 @@ import { Agent, Pool } from 'undici'
 import type { LaneLimits } from '../lanes.ts'
 
 export function createUpstreamPool (origin: string, limits: LaneLimits, opts: { timeoutMs: number }): Pool {
-  return new Pool(origin, {
-    connections: limits.permits,
-    pipelining: 1,
-    connectTimeout: Math.min(opts.timeoutMs, 5_000),
-    headersTimeout: opts.timeoutMs,
-    bodyTimeout: opts.timeoutMs,
-    keepAliveTimeout: 4_000,
-  })
+  return createOriginPool(origin, { connections: limits.permits, timeoutMs: opts.timeoutMs })
 }
 
 /**

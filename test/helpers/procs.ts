@@ -23,8 +23,11 @@ export interface Proc {
   kill (signal?: NodeJS.Signals): Promise<void>
 }
 
-export async function startProcess (t: Test, name: string, script: string, env: Record<string, string>, opts: { timeoutMs?: number } = {}): Promise<Proc> {
-  const proc = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, script)], {
+/** `script` is a source .ts (run with tsx) or compiled .js, relative to the repo or absolute; `args` follow it. */
+export async function startProcess (t: Test, name: string, script: string, env: Record<string, string>, opts: { timeoutMs?: number, args?: string[] } = {}): Promise<Proc> {
+  const file = path.resolve(ROOT, script)
+  const node = file.endsWith('.ts') ? ['--import', 'tsx', file] : [file]
+  const proc = spawn(process.execPath, [...node, ...(opts.args ?? [])], {
     cwd: ROOT,
     env: { ...process.env, LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
