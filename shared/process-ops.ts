@@ -7,7 +7,7 @@ import type client from 'prom-client'
 
 export function registerProcessOps (app: FastifyInstance, o: { registry: client.Registry, pool?: pg.Pool, routeOptions?: { schema?: { hide?: boolean }, config?: Record<string, unknown> } }): void {
   const opts = o.routeOptions ?? {}
-  app.get('/health/live', opts, async () => ({ status: 'ok' }))
+  app.get('/health/live', opts, async () => ({ status: 'ok', pid: process.pid, rssBytes: process.memoryUsage.rss() }))
   app.get('/health/ready', opts, async (_req, reply) => {
     if (!o.pool) return { status: 'ready' }
     try {

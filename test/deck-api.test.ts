@@ -70,6 +70,13 @@ t.test('lanes: gathered from each process, one hung lane costs at most its deadl
   t.ok(byName.fraud.pollMs < 200 + 300, `and it cost ${byName.fraud.pollMs.toFixed(0)} ms of the round (deadline 200 ms)`)
   t.match(byName.tax, { up: false, error: 'refused' }, 'the lane that is not running is down, refused')
   t.match(body.processes, [{ name: 'tax-sandbox', kind: 'sandbox', up: true }], 'other processes: up/down')
+  // Resident memory as each process reports it (the drill sums these for the fleet's RSS).
+  const cardPid = (await call(card.url + '/status')).body.pid
+  t.equal(c.status.pid, cardPid, 'the card-auth tile is that process')
+  t.ok(c.rssBytes > 10e6 && c.rssBytes < 2e9, `a lane reports its RSS (${(c.rssBytes / 1e6).toFixed(0)} MB)`)
+  t.ok(body.processes[0].rssBytes > 10e6, 'so does a non-lane process, on /health/live')
+  t.equal(byName.fraud.rssBytes, null, 'a hung lane has no RSS figure, not a stale one')
+  t.ok(body.deck.rssBytes > 10e6 && body.deck.pid > 0, 'and the deck its own')
 
   const metrics = await call(card.url + '/metrics')
   t.match(metrics.body, /^# TYPE bulkhead_request_latency_seconds summary$/m, 'the lane serves its one-minute window in /metrics too')

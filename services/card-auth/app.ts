@@ -1,8 +1,6 @@
-import type { FastifyServerOptions } from 'fastify'
-import type { LaneLimits } from '../../shared/lanes.ts'
-import { buildLaneApp } from '../../shared/lane-kit/build-lane-app.ts'
+import { buildLaneApp, type LaneAppConfig } from '../../shared/lane-kit/build-lane-app.ts'
 import { cardAuthRoutes } from './routes.ts'
 
-export function buildApp (cfg: { limits: LaneLimits, databaseUrl: string, logger?: FastifyServerOptions['logger'] }) {
+export function buildApp (cfg: LaneAppConfig) {
   return buildLaneApp({ ...cfg, routes: cardAuthRoutes })
 }

@@ -50,6 +50,7 @@ export function registerAdminRoutes (app: FastifyInstance, d: AdminDeps): void {
       checkedAt: all.map(s => s.checkedAt).sort().at(-1),
       lanes: all.filter(s => s.kind === 'lane'),
       processes: all.filter(s => s.kind !== 'lane').map(({ status: _s, rejectionsPerSecond: _r, ...p }) => p),
+      deck: { pid: process.pid, rssBytes: process.memoryUsage.rss() },
     }
   })
 

@@ -22,6 +22,7 @@ export interface LaneStatus {
   rejections: Record<string, number>
   latency: { windowSeconds: number, p50Ms: number | null, p99Ms: number | null }
   pid: number
+  rssBytes: number
 }
 
 export interface TargetSnapshot {
@@ -38,6 +39,8 @@ export interface TargetSnapshot {
   status: LaneStatus | null
   /** Rejections per second since the previous poll; null across a restart or before two polls. */
   rejectionsPerSecond: number | null
+  /** The process's resident set size at the poll (bytes), as it reported it. */
+  rssBytes: number | null
 }
 
 export interface TimelinePoint {
@@ -110,7 +113,7 @@ export class Collector {
   }
 
   snapshot (): TargetSnapshot[] {
-    return this.targets.map(t => this.#latest.get(t.name) ?? { name: t.name, kind: t.kind, url: t.url, up: false, error: 'not polled yet', checkedAt: new Date(0).toISOString(), pollMs: 0, status: null, rejectionsPerSecond: null })
+    return this.targets.map(t => this.#latest.get(t.name) ?? { name: t.name, kind: t.kind, url: t.url, up: false, error: 'not polled yet', checkedAt: new Date(0).toISOString(), pollMs: 0, status: null, rejectionsPerSecond: null, rssBytes: null })
   }
 
   timeline (seconds: number): TimelinePoint[] {
@@ -128,13 +131,14 @@ export class Collector {
       })
       const body = await res.body.json().catch(() => null) as LaneStatus | null
       const pollMs = performance.now() - started
-      if (res.statusCode !== 200) return { ...base, up: false, error: `http ${res.statusCode}`, pollMs, status: null, rejectionsPerSecond: null }
-      if (t.kind !== 'lane') return { ...base, up: true, error: null, pollMs, status: null, rejectionsPerSecond: null }
-      if (!body || typeof body.state !== 'string') return { ...base, up: false, error: 'bad status body', pollMs, status: null, rejectionsPerSecond: null }
-      return { ...base, up: true, error: null, pollMs, status: body, rejectionsPerSecond: this.#rate(t.name, body) }
+      const rssBytes = typeof body?.rssBytes === 'number' ? body.rssBytes : null
+      if (res.statusCode !== 200) return { ...base, up: false, error: `http ${res.statusCode}`, pollMs, status: null, rejectionsPerSecond: null, rssBytes: null }
+      if (t.kind !== 'lane') return { ...base, up: true, error: null, pollMs, status: null, rejectionsPerSecond: null, rssBytes }
+      if (!body || typeof body.state !== 'string') return { ...base, up: false, error: 'bad status body', pollMs, status: null, rejectionsPerSecond: null, rssBytes }
+      return { ...base, up: true, error: null, pollMs, status: body, rejectionsPerSecond: this.#rate(t.name, body), rssBytes }
     } catch (err) {
       this.#prev.delete(t.name)
-      return { ...base, up: false, error: describe(err), pollMs: performance.now() - started, status: null, rejectionsPerSecond: null }
+      return { ...base, up: false, error: describe(err), pollMs: performance.now() - started, status: null, rejectionsPerSecond: null, rssBytes: null }
     }
   }
 

@@ -1,6 +1,7 @@
 // One supervised child process: spawned as its own OS process, restarted with
 // exponential backoff when it dies, stopped with SIGTERM (then SIGKILL).
 import { spawn, type ChildProcess } from 'node:child_process'
+import os from 'node:os'
 import readline from 'node:readline'
 
 export interface ChildSpec {
@@ -8,6 +9,8 @@ export interface ChildSpec {
   script: string
   env: Record<string, string>
   healthUrl: string
+  /** CPU scheduling niceness (0 = normal, 19 = lowest): the lane's priority, when the fleet shares cores. */
+  nice?: number
 }
 
 export class SupervisedChild {
@@ -37,6 +40,9 @@ export class SupervisedChild {
       stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
     })
     this.#proc = p
+    if (this.spec.nice && p.pid !== undefined) {
+      try { os.setPriority(p.pid, this.spec.nice) } catch (err) { this.#log('supervisor', `${this.spec.name}: could not set CPU priority ${this.spec.nice}: ${(err as Error).message}`) }
+    }
     readline.createInterface({ input: p.stdout! }).on('line', l => this.#log(this.spec.name, l))
     readline.createInterface({ input: p.stderr! }).on('line', l => this.#log(this.spec.name, l))
     p.on('exit', (code, signal) => {

@@ -23,6 +23,7 @@ const cfg = loadConfig(Type.Object({
   TAX_SANDBOX_PORT: Type.Integer({ default: 8190, minimum: 1, maximum: 65535 }),
   WORKER_PORT: Type.Integer({ default: 8104, minimum: 1, maximum: 65535 }),
   QUIET: Type.Boolean({ default: false }),
+  CPU_PRIORITIES: Type.Boolean({ default: true, description: 'run P1/P2 lanes, their workers, the deck and the sandbox at a lower CPU priority' }),
 }), process.env)
 
 const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../..')
@@ -55,17 +56,24 @@ const gatewayUrl = `http://127.0.0.1:${cfg.GATEWAY_PORT}`
 const deckUrl = `http://127.0.0.1:${cfg.DECK_PORT}`
 const workerLanes = LANE_NAMES.filter(n => LANE_QUEUES[n].length > 0)
 const certFile = path.join(dataDir, 'tax-certificate.json')
+// CPU is a shared resource too when the fleet shares cores (one host, npm start):
+// the OS scheduler favours the P0 path (gateway, card-auth) over P1 and P2 work,
+// so a busy tax lane slows itself, not card authorizations. In Kubernetes and
+// Compose each process has its own CPU requests/limits instead (deploy/).
+const niceOf = (p: 'P0' | 'P1' | 'P2' | 'admin' | 'external'): number => !cfg.CPU_PRIORITIES ? 0 : { P0: 0, P1: 5, P2: 10, admin: 5, external: 10 }[p]
 const specs: ChildSpec[] = [
-  { name: 'tax-sandbox', script: 'services/tax-sandbox/main.ts', env: { TAX_SANDBOX_PORT: String(cfg.TAX_SANDBOX_PORT) }, healthUrl: `${sandboxUrl}/health/live` },
+  // The sandbox stands in for a remote third party: it must not compete with the fleet for the local CPU.
+  { name: 'tax-sandbox', script: 'services/tax-sandbox/main.ts', env: { TAX_SANDBOX_PORT: String(cfg.TAX_SANDBOX_PORT) }, healthUrl: `${sandboxUrl}/health/live`, nice: niceOf('external') },
   ...LANE_NAMES.map(n => {
     const l = laneLimits(n)
-    return { name: n, script: `services/${n}/main.ts`, env: { DATABASE_URL: db.roleUrl(l.db.role), TAX_PROVIDER_URL: sandboxUrl, TAX_CERTIFICATE_FILE: certFile, [`${envPrefix(n)}PORT`]: String(l.port) }, healthUrl: `${laneUrl[n]}/health/live` }
+    return { name: n, script: `services/${n}/main.ts`, env: { DATABASE_URL: db.roleUrl(l.db.role), TAX_PROVIDER_URL: sandboxUrl, TAX_CERTIFICATE_FILE: certFile, [`${envPrefix(n)}PORT`]: String(l.port) }, healthUrl: `${laneUrl[n]}/health/live`, nice: niceOf(l.priority) }
   }),
   // One worker process per lane that owns queues, so async work is isolated per lane too.
   ...workerLanes.map((lane, i) => ({
     name: `worker-${lane}`, script: 'services/worker/main.ts',
     env: { DATABASE_URL: db.roleUrl(jobsRoleName()), [`${envPrefix(lane)}DATABASE_URL`]: db.roleUrl(laneLimits(lane).db.role), TAX_PROVIDER_URL: sandboxUrl, WORKER_QUEUES: LANE_QUEUES[lane].join(','), WORKER_PORT: String(cfg.WORKER_PORT + i), WORKER_REPLICAS: String(workerLanes.length) },
     healthUrl: `http://127.0.0.1:${cfg.WORKER_PORT + i}/health/live`,
+    nice: niceOf(laneLimits(lane).priority),
   })),
   {
     name: 'gateway', script: 'gateway/main.ts',
@@ -81,6 +89,7 @@ const specs: ChildSpec[] = [
       WORKER_URLS: workerLanes.map((lane, i) => `worker-${lane}=http://127.0.0.1:${cfg.WORKER_PORT + i}`).join(','),
     },
     healthUrl: `${deckUrl}/health/live`,
+    nice: niceOf('admin'),
   },
 ]
 const children = specs.map(s => new SupervisedChild({ ...s, script: path.join(root, s.script) }, childLog))

@@ -33,19 +33,27 @@ export interface BuildLaneOptions {
   routes: (app: FastifyInstance, kit: LaneKit) => void | Promise<void>
   /** How often the DB health check runs (ms). */
   healthCheckIntervalMs?: number
+  /**
+   * The alternatives the fleet is measured against (npm run bench:compare): lanes
+   * in one process sharing one pool, and/or one admission bulkhead. The fleet
+   * never passes this; a shared pool is then owned (and ended) by the caller.
+   */
+  topology?: { pool?: pg.Pool, bulkhead?: Bulkhead }
 }
+
+export type LaneAppConfig = Omit<BuildLaneOptions, 'routes' | 'healthCheckIntervalMs'>
 
 export async function buildLaneApp (opts: BuildLaneOptions): Promise<{ app: FastifyInstance, kit: LaneKit }> {
   const { limits } = opts
   const app = createHttpApp({ logger: opts.logger })
-  const pool = createLanePool(limits, opts.databaseUrl, app.log)
+  const pool = opts.topology?.pool ?? createLanePool(limits, opts.databaseUrl, app.log)
   const state = new LaneState({
     permits: limits.permits,
     queueCapacity: limits.queue,
     ...limits.state,
     onTransition: (from: LaneStateName, to: LaneStateName) => app.log.warn({ lane: limits.lane, from, to }, 'lane state changed'),
   })
-  const bulkhead = new Bulkhead({ permits: limits.permits, queue: limits.queue, queueWaitMs: limits.queueWaitMs, onChange: (a, q) => state.observe(a, q) })
+  const bulkhead = opts.topology?.bulkhead ?? new Bulkhead({ permits: limits.permits, queue: limits.queue, queueWaitMs: limits.queueWaitMs, onChange: (a, q) => state.observe(a, q) })
   const stateTimer = setInterval(() => state.tick(), 250)
   stateTimer.unref()
   const registry = createRegistry(limits.lane)
@@ -65,7 +73,7 @@ export async function buildLaneApp (opts: BuildLaneOptions): Promise<{ app: Fast
   })
   app.addHook('onClose', async () => {
     clearInterval(stateTimer)
-    await pool.end()
+    if (!opts.topology?.pool) await pool.end()
   })
 
   const dbHealth = await registerPressure(app, kit, opts.healthCheckIntervalMs ?? 2_000)

@@ -21,11 +21,12 @@ export async function laneStatus (kit: LaneKit) {
     rejections: kit.metrics.rejections(),
     latency: await kit.metrics.latencyWindow(),
     pid: process.pid,
+    rssBytes: process.memoryUsage.rss(),
   }
 }
 
 export function registerOpsRoutes (app: FastifyInstance, kit: LaneKit, db: DbHealth): void {
-  app.get('/health/live', ops, async () => ({ status: 'ok' }))
+  app.get('/health/live', ops, async () => ({ status: 'ok', pid: process.pid, rssBytes: process.memoryUsage.rss() }))
   // Ready fails when the DB is unreachable or the process is under pressure;
   // saturation is reported, not failed (a saturated lane still answers fast).
   app.get('/health/ready', ops, async (_req, reply) => {

@@ -9,12 +9,16 @@ import readline from 'node:readline'
 
 export interface LocalFleet {
   gatewayUrl: string
+  deckUrl: string
+  adminToken: string
   laneUrls: Record<'card-auth' | 'fraud' | 'tax', string>
   sandboxUrl: string
   apiKey: string
   databaseUrl: string
   demoCards: Array<{ token: string, currency: string, available: number }>
   pinned: string | undefined
+  /** The supervisor's pid (taskset execs node, so it is the child's). */
+  pid: number
   stop (): Promise<void>
 }
 
@@ -22,7 +26,7 @@ export const hasTaskset = (): boolean => spawnSync('taskset', ['-V']).status ===
 
 export async function startLocalFleet (opts: { dataDir: string, basePort: number, cpus?: string, env?: Record<string, string> }): Promise<LocalFleet> {
   const b = opts.basePort
-  const ports = { PG_PORT: b + 9, GATEWAY_PORT: b, CARD_AUTH_PORT: b + 1, FRAUD_PORT: b + 2, TAX_PORT: b + 3, TAX_SANDBOX_PORT: b + 5, DECK_PORT: b + 6 }
+  const ports = { PG_PORT: b + 9, GATEWAY_PORT: b, CARD_AUTH_PORT: b + 1, FRAUD_PORT: b + 2, TAX_PORT: b + 3, TAX_SANDBOX_PORT: b + 5, DECK_PORT: b + 6, WORKER_PORT: b + 7 }
   const env = { ...process.env, DATA_DIR: opts.dataDir, QUIET: 'true', LOG_LEVEL: 'warn', ...Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])), ...opts.env }
   const pin = opts.cpus && hasTaskset() ? opts.cpus : undefined
   const [cmd, args] = pin
@@ -44,6 +48,7 @@ export async function startLocalFleet (opts: { dataDir: string, basePort: number
     laneUrls: { 'card-auth': `http://127.0.0.1:${ports.CARD_AUTH_PORT}`, fraud: `http://127.0.0.1:${ports.FRAUD_PORT}`, tax: `http://127.0.0.1:${ports.TAX_PORT}` },
     sandboxUrl: `http://127.0.0.1:${ports.TAX_SANDBOX_PORT}`,
     pinned: pin,
+    pid: child.pid!,
     stop: () => new Promise<void>(resolve => {
       if (child.exitCode !== null) return resolve()
       child.once('exit', () => resolve())

@@ -17,6 +17,10 @@ export interface OpenLoopOptions {
   durationMs: number
   /** Sends request i; resolves to an HTTP status (or throws on a transport error). */
   send (i: number): Promise<number>
+  /** Called with every answer: its scheduled send time (performance.now() clock), latency from it, status. */
+  onResult? (i: number, scheduledAt: number, latencyUs: number, status: string): void
+  /** Stop scheduling early (the run still waits for what it sent). */
+  signal?: AbortSignal
 }
 
 export interface OpenLoopResult {
@@ -62,11 +66,12 @@ export async function runOpenLoop (o: OpenLoopOptions): Promise<OpenLoopResult> 
       if (status === 'error' || Number(status) >= 500) slot.errors++
       statuses[status] = (statuses[status] ?? 0) + 1
       completed++
+      o.onResult?.(i, scheduled, us, status)
     })
   }
 
   let i = 0
-  while (i < n) {
+  while (i < n && !o.signal?.aborted) {
     const now = performance.now()
     while (i < n && start + i * interval <= now) {
       const scheduled = start + i * interval
@@ -80,11 +85,11 @@ export async function runOpenLoop (o: OpenLoopOptions): Promise<OpenLoopResult> 
   await Promise.all(inflight)
   return {
     rate: o.rate,
-    scheduled: n,
+    scheduled: i,
     completed,
     statuses,
     histogram,
-    sentRate: n / ((sentAt - start) / 1000),
+    sentRate: i / ((sentAt - start) / 1000),
     maxSendLagMs: maxLag,
     perSecond: [...seconds.entries()].sort((a, b) => a[0] - b[0]).map(([second, s]) => ({ second, count: s.count, p99Ms: s.h.getValueAtPercentile(99) / 1000, errors: s.errors })),
   }

@@ -32,6 +32,9 @@ t.test('the fleet comes up with credentials, survives a killed lane, and stops c
   t.ok(up, `fleet is up\n${up ? '' : lines.slice(-30).join('\n')}`)
   const pids = Object.fromEntries([...up!.matchAll(/([a-z-]+)=(\d+)/g)].map(m => [m[1]!, Number(m[2])]))
   t.same(Object.keys(pids).sort(), ['card-auth', 'deck', 'fraud', 'gateway', 'tax', 'tax-sandbox', 'worker-fraud', 'worker-tax'])
+  // CPU priority by lane priority: when the fleet shares cores, P2 work yields to the P0 path.
+  const nice = Object.fromEntries(Object.entries(pids).map(([n, pid]) => [n, os.getPriority(pid)]))
+  t.same(nice, { 'tax-sandbox': 10, 'card-auth': 0, fraud: 5, tax: 10, 'worker-fraud': 5, 'worker-tax': 10, gateway: 0, deck: 5 }, 'CPU priorities: P0 0, P1 5, P2 10, deck 5, sandbox 10')
   t.ok(lines.some(l => l.includes('curl -s -X POST')), 'prints an example curl')
 
   const credsFile = path.join(dataDir, 'credentials.json')

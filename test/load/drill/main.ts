@@ -1,0 +1,438 @@
+// `npm run drill` — the recovery drill MC-RT-01, run for real.
+//
+// Open-loop load through the gateway (card authorizations and tax quotes at
+// their own fixed rates, latency from each request's scheduled send time) plus
+// an INC-4491 client that re-sends the same tax quote every 50 ms without
+// backoff. After a baseline, the tax sandbox's latency goes to 8,000 ms for the
+// fault window (set through the deck, as an operator would), then back to
+// normal. The deck is polled every 250 ms for lane states, active permits and
+// every process's RSS. Afterwards the database is asked whether any
+// authorization was lost, doubled or written though refused, and whether any
+// role holds orphaned connections. Writes drill.json and drill.html; exits 1
+// when a criterion fails (2 when the drill itself could not run).
+//
+//   npm run drill                                  # spec figures, fleet started here
+//   npm run drill -- --card-rate 300 --fault-seconds 30
+//   npm run drill -- --gateway http://gw:8080 --deck http://127.0.0.1:9090   # API_KEY, ADMIN_TOKEN, DATABASE_URL from env
+import { execFileSync } from 'node:child_process'
+import crypto from 'node:crypto'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { parseArgs } from 'node:util'
+import pg from 'pg'
+import { Pool } from 'undici'
+import type * as hdr from 'hdr-histogram-js'
+import { seedLoadCards } from '../../../services/card-auth/seed.ts'
+import { DECK_ROLE, JOBS_ROLE, LANE_DEFAULTS, LANE_NAMES } from '../../../shared/lanes.ts'
+import { newHistogram, runOpenLoop, summary } from '../open-loop.ts'
+import { pinSelf, startLocalFleet, type LocalFleet } from '../local-fleet.ts'
+import { evaluate, SPEC_THRESHOLDS, type DrillFigures } from './criteria.ts'
+import { renderReport, type Chart } from './html-report.ts'
+
+const { values: a } = parseArgs({
+  options: {
+    'card-rate': { type: 'string', default: '1400' },
+    'tax-rate': { type: 'string', default: '150' },
+    'storm-clients': { type: 'string', default: '10' },
+    'storm-interval-ms': { type: 'string', default: '50' },
+    'warmup-seconds': { type: 'string', default: '10' },
+    'baseline-seconds': { type: 'string', default: '20' },
+    'fault-seconds': { type: 'string', default: '120' },
+    'recovery-seconds': { type: 'string', default: '20' },
+    'fault-latency-ms': { type: 'string', default: '8000' },
+    'normal-latency-ms': { type: 'string', default: '20' },
+    'card-p99-ms': { type: 'string', default: String(SPEC_THRESHOLDS.cardP99Ms) },
+    gateway: { type: 'string' },
+    deck: { type: 'string' },
+    out: { type: 'string', default: 'test-artifacts/drill' },
+    'data-dir': { type: 'string', default: '.data/drill' },
+    'base-port': { type: 'string', default: '18380' },
+    'fleet-cpus': { type: 'string', default: '0' },
+    'generator-cpus': { type: 'string', default: '1' },
+  },
+})
+const num = (k: keyof typeof a, min: number, max: number): number => {
+  const v = Number(a[k])
+  if (!Number.isFinite(v) || v < min || v > max) { console.error(`--${k} must be a number from ${min} to ${max} (got ${String(a[k])})`); process.exit(2) }
+  return v
+}
+const P = {
+  cardRate: num('card-rate', 1, 20_000), taxRate: num('tax-rate', 1, 5_000),
+  stormClients: num('storm-clients', 0, 500), stormIntervalMs: num('storm-interval-ms', 1, 10_000),
+  warmupS: num('warmup-seconds', 0, 600), baselineS: num('baseline-seconds', 1, 3_600), faultS: num('fault-seconds', 1, 3_600), recoveryS: num('recovery-seconds', 5, 3_600),
+  faultLatencyMs: num('fault-latency-ms', 0, 60_000), normalLatencyMs: num('normal-latency-ms', 0, 199),
+  cardP99Ms: num('card-p99-ms', 0, 60_000),
+}
+const argv = process.argv.slice(2).join(' ')
+const command = `npm run drill${argv ? ' -- ' + argv : ''}`
+const outDir = path.resolve(a.out!)
+const runId = crypto.randomBytes(4).toString('hex')
+
+// ---- the fleet ------------------------------------------------------------
+interface Target { gatewayUrl: string, deckUrl: string, apiKey: string, adminToken: string, databaseUrl: string, stop (): Promise<void>, pinned: string | undefined, own: boolean }
+async function fleetUnderTest (): Promise<Target> {
+  if (a.gateway) {
+    const need = ['API_KEY', 'ADMIN_TOKEN', 'DATABASE_URL'].filter(k => !process.env[k])
+    if (!a.deck || need.length) { console.error(`--gateway needs --deck and the env ${need.join(', ') || '(set)'}`); process.exit(2) }
+    return { gatewayUrl: a.gateway, deckUrl: a.deck, apiKey: process.env.API_KEY!, adminToken: process.env.ADMIN_TOKEN!, databaseUrl: process.env.DATABASE_URL!, stop: async () => {}, pinned: undefined, own: false }
+  }
+  const fleet: LocalFleet = await startLocalFleet({
+    dataDir: a['data-dir']!, basePort: num('base-port', 1_024, 65_000), cpus: a['fleet-cpus'],
+    // The deck polls every 250 ms: the recovery time is read from it.
+    env: { DECK_POLL_MS: '250', DECK_TARGET_TIMEOUT_MS: '200' },
+  })
+  return { ...fleet, own: true }
+}
+
+const sleep = (ms: number): Promise<void> => new Promise(r => setTimeout(r, ms))
+const q = (h: hdr.Histogram) => summary(h)
+
+async function main (): Promise<number> {
+  const fleet = await fleetUnderTest()
+  const pinned = fleet.own && a['generator-cpus'] ? pinSelf(a['generator-cpus']) : false
+  const deck = new Pool(fleet.deckUrl, { connections: 4 })
+  const cardPool = new Pool(fleet.gatewayUrl, { connections: Math.min(2_048, Math.ceil(P.cardRate * 0.6) + 16) })
+  const taxPool = new Pool(fleet.gatewayUrl, { connections: Math.min(2_048, Math.ceil(P.taxRate * 2.5) + 16) })
+  const stormPool = new Pool(fleet.gatewayUrl, { connections: Math.max(1, P.stormClients) })
+  const db = new pg.Client({ connectionString: fleet.databaseUrl })
+  try {
+    await db.connect()
+    await seedLoadCards(db, 1_000)
+    const admin = async (method: 'GET' | 'PUT', p: string, body?: unknown): Promise<any> => {
+      const r = await deck.request({ method, path: p, headers: { authorization: `Bearer ${fleet.adminToken}`, 'x-operator': 'mc-rt-01-drill', ...(body ? { 'content-type': 'application/json' } : {}) }, body: body ? JSON.stringify(body) : undefined, signal: AbortSignal.timeout(5_000) })
+      const json = await r.body.json()
+      if (r.statusCode !== 200) throw new Error(`deck ${method} ${p}: ${r.statusCode} ${JSON.stringify(json)}`)
+      return json
+    }
+    const setLatency = (ms: number) => admin('PUT', '/admin/faults/tax', { latencyMs: ms })
+    await setLatency(P.normalLatencyMs)
+
+    // ---- warm-up: a cold fleet (JIT, pools, caches) at a gentle rate, not recorded ----
+    const warmKey = (w: string) => (i: number) => `drill-${runId}-w${w}-${i}`
+    if (P.warmupS > 0) {
+      console.log(`warm-up ${P.warmupS} s at ${Math.min(P.cardRate, 150)} card + ${Math.min(P.taxRate, 30)} tax req/s (not recorded)`)
+      const warm = async (p: Pool, path_: string, key: (i: number) => string, body: (i: number) => unknown, i: number): Promise<number> => {
+        const r = await p.request({ method: 'POST', path: path_, headers: { authorization: `Bearer ${fleet.apiKey}`, 'idempotency-key': key(i), 'content-type': 'application/json' }, body: JSON.stringify(body(i)) })
+        await r.body.dump()
+        return r.statusCode
+      }
+      await Promise.all([
+        runOpenLoop({ rate: Math.min(P.cardRate, 150), durationMs: P.warmupS * 1000, send: i => warm(cardPool, '/v1/authorizations', warmKey('c'), j => ({ merchantId: 'm_drill', cardToken: `tok_load_${String((j % 1000) + 1).padStart(6, '0')}`, amount: { value: 1, currency: 'EUR' } }), i) }),
+        runOpenLoop({ rate: Math.min(P.taxRate, 30), durationMs: P.warmupS * 1000, send: i => warm(taxPool, '/v1/tax/quotes', warmKey('t'), () => ({ jurisdiction: 'DE', amount: { value: 10_000, currency: 'EUR' } }), i) }),
+      ])
+      await sleep(1_000)
+    }
+
+    // ---- deck samples ------------------------------------------------------
+    const t0 = performance.now()
+    const wall0 = Date.now()
+    const at = (): number => (performance.now() - t0) / 1000
+    interface Sample { s: number, lanes: Record<string, { up: boolean, state: string | null, active: number | null, permits: number | null, checkedAt: number }>, rssBytes: number, processes: number }
+    const samples: Sample[] = []
+    let sampling = true
+    const sampler = (async () => {
+      while (sampling) {
+        const began = performance.now()
+        try {
+          const v = await admin('GET', '/admin/lanes')
+          const lanes: Sample['lanes'] = {}
+          let rss = v.deck?.rssBytes ?? 0
+          let processes = 1
+          for (const l of v.lanes) {
+            lanes[l.name] = { up: l.up, state: l.status?.state ?? null, active: l.status?.active ?? null, permits: l.status?.permits ?? null, checkedAt: Date.parse(l.checkedAt) }
+            if (l.rssBytes) { rss += l.rssBytes; processes++ }
+          }
+          for (const p of v.processes) if (p.rssBytes) { rss += p.rssBytes; processes++ }
+          samples.push({ s: at(), lanes, rssBytes: rss, processes })
+        } catch { /* a missed sample shows as a gap */ }
+        await sleep(Math.max(0, 250 - (performance.now() - began)))
+      }
+    })()
+
+    // ---- phases --------------------------------------------------------------
+    const W = 0; const B = P.baselineS; const F = P.faultS; const R = P.recoveryS
+    const faultFrom = W + B; const faultTo = W + B + F; const end = faultTo + R
+    const phaseOf = (s: number): 'baseline' | 'fault' | 'recovery' => s < faultFrom ? 'baseline' : s < faultTo ? 'fault' : 'recovery'
+    const seconds = Math.ceil(end)
+    const perSec = <T>(mk: () => T): T[] => Array.from({ length: seconds + 1 }, mk)
+
+    // ---- card-auth stream ---------------------------------------------------
+    const cardH = { baseline: newHistogram(), fault: newHistogram(), recovery: newHistogram() }
+    const cardSec = perSec(() => ({ h: newHistogram(), ok: 0, r429: 0, err: 0 }))
+    const cardInfo = new Map<number, { code?: string }>()
+    const acknowledged = new Map<string, string>() // key -> authorization id
+    const refused = new Set<string>() // keys answered with a refusal (must not be in the database)
+    const cardCodes: Record<string, number> = {}
+    let cardErrors = 0
+    const cardKey = (i: number): string => `drill-${runId}-c-${i}`
+    const sendCard = async (i: number): Promise<number> => {
+      const key = cardKey(i)
+      const body = JSON.stringify({ merchantId: 'm_drill', cardToken: `tok_load_${String((i % 1000) + 1).padStart(6, '0')}`, amount: { value: 1, currency: 'EUR' } })
+      const r = await cardPool.request({ method: 'POST', path: '/v1/authorizations', headers: { authorization: `Bearer ${fleet.apiKey}`, 'idempotency-key': key, 'content-type': 'application/json' }, body })
+      const json = await r.body.json().catch(() => ({})) as { id?: string, code?: string }
+      if (r.statusCode === 201 && json.id) acknowledged.set(key, json.id)
+      else { refused.add(key); cardInfo.set(i, { code: json.code }) }
+      return r.statusCode
+    }
+    const onCard = (i: number, scheduled: number, us: number, status: string): void => {
+      const s = (scheduled - t0) / 1000
+      const ph = phaseOf(s)
+      const sec = cardSec[Math.min(seconds, Math.floor(s))]!
+      sec.h.recordValue(us)
+      const code = cardInfo.get(i)?.code ?? status
+      cardInfo.delete(i)
+      if (status === '201') sec.ok++
+      else if (status === '429') { sec.r429++; cardCodes[code] = (cardCodes[code] ?? 0) + 1 } else { sec.err++; cardErrors++; cardCodes[code] = (cardCodes[code] ?? 0) + 1; if (status === 'error') refused.delete(cardKey(i)) }
+      cardH[ph].recordValue(us)
+    }
+
+    // ---- tax stream ---------------------------------------------------------
+    const taxSec = perSec(() => ({ h: newHistogram(), ok: 0, shed: 0, compensated: 0, err: 0 }))
+    const taxInfo = new Map<number, { shed: boolean, compensated: string | null, code?: string }>()
+    const decided = newHistogram()
+    let decidedCount = 0; let decidedUnder = 0
+    const taxCodes: Record<string, number> = {}
+    let taxErrors = 0; let taxShed = 0
+    const isShed = (status: number, compensated: string | null, code?: string): boolean => compensated === 'saturated' || (status === 503 && code === 'ERR_TAX_BULKHEAD_SATURATED')
+    const sendTax = async (i: number): Promise<number> => {
+      const body = JSON.stringify({ jurisdiction: ['US-CA', 'US-NY', 'DE', 'FR', 'GB'][i % 5], amount: { value: 10_000, currency: 'EUR' } })
+      const r = await taxPool.request({ method: 'POST', path: '/v1/tax/quotes', headers: { authorization: `Bearer ${fleet.apiKey}`, 'idempotency-key': `drill-${runId}-t-${i}`, 'content-type': 'application/json' }, body })
+      const json = await r.body.json().catch(() => ({})) as { code?: string }
+      const compensated = (r.headers['x-tax-compensation'] as string | undefined) ?? null
+      const shed = isShed(r.statusCode, compensated, json.code)
+      if (shed) {
+        const m = /admit;[^,]*dur=([\d.]+)/.exec(String(r.headers['server-timing'] ?? ''))
+        if (m) { const ms = Number(m[1]); decided.recordValue(Math.max(1, Math.round(ms * 1000))); decidedCount++; if (ms < 5) decidedUnder++ }
+      }
+      taxInfo.set(i, { shed, compensated, code: json.code })
+      return r.statusCode
+    }
+    const onTax = (i: number, scheduled: number, us: number, status: string): void => {
+      const s = (scheduled - t0) / 1000
+      const sec = taxSec[Math.min(seconds, Math.floor(s))]!
+      const info = taxInfo.get(i) ?? { shed: false, compensated: null }
+      taxInfo.delete(i)
+      sec.h.recordValue(us)
+      const key = info.code ?? (info.compensated ? `compensated:${info.compensated}` : status)
+      taxCodes[key] = (taxCodes[key] ?? 0) + 1
+      if (info.shed) { sec.shed++; taxShed++ }
+      if (info.compensated) sec.compensated++
+      if (status === '200' || status === '429' || info.shed) sec.ok++
+      else { sec.err++; taxErrors++ }
+    }
+
+    // ---- INC-4491: the same quote re-sent every 50 ms, no backoff, no jitter ----
+    const stormSec = perSec(() => ({ sent: 0, blocked: 0 }))
+    const stormCodes: Record<string, number> = {}
+    let stormErrors = 0
+    const reachedPerKey: number[] = []
+    const storm = async (j: number): Promise<void> => {
+      await sleep(faultFrom * 1000 - (performance.now() - t0))
+      const key = `drill-${runId}-s-${j}`
+      const body = JSON.stringify({ jurisdiction: 'US-CA', amount: { value: 5_000, currency: 'USD' } })
+      let reached = 0
+      while (at() < faultTo) {
+        const sec = stormSec[Math.min(seconds, Math.floor(at()))]!
+        sec.sent++
+        try {
+          const r = await stormPool.request({ method: 'POST', path: '/v1/tax/quotes', headers: { authorization: `Bearer ${fleet.apiKey}`, 'idempotency-key': key, 'content-type': 'application/json' }, body })
+          const json = await r.body.json().catch(() => ({})) as { code?: string }
+          const k = json.code ?? String(r.statusCode)
+          stormCodes[k] = (stormCodes[k] ?? 0) + 1
+          if (r.statusCode === 429 && json.code === 'ERR_RETRY_STORM_BLOCKED') sec.blocked++
+          else if (r.statusCode === 200 || r.statusCode === 429 || r.statusCode === 503) reached++
+          else stormErrors++
+        } catch { stormErrors++; stormCodes.error = (stormCodes.error ?? 0) + 1 }
+        await sleep(P.stormIntervalMs)
+      }
+      reachedPerKey[j] = reached
+    }
+
+    // ---- run ------------------------------------------------------------------
+    console.log(`drill ${runId}: card ${P.cardRate}/s, tax ${P.taxRate}/s, ${P.stormClients} retrying clients; baseline ${B} s, fault ${F} s at ${P.faultLatencyMs} ms, recovery ${R} s`)
+    const faultMarks = { setAt: NaN, clearedAt: NaN, clearedWall: NaN }
+    const fault = (async () => {
+      await sleep(faultFrom * 1000 - (performance.now() - t0))
+      await setLatency(P.faultLatencyMs); faultMarks.setAt = at()
+      console.log(`  fault on at ${faultMarks.setAt.toFixed(1)} s`)
+      await sleep(faultTo * 1000 - (performance.now() - t0))
+      await setLatency(P.normalLatencyMs); faultMarks.clearedAt = at(); faultMarks.clearedWall = Date.now()
+      console.log(`  fault off at ${faultMarks.clearedAt.toFixed(1)} s`)
+    })()
+    const [cardRun, taxRun] = await Promise.all([
+      runOpenLoop({ rate: P.cardRate, durationMs: end * 1000, send: sendCard, onResult: onCard }),
+      runOpenLoop({ rate: P.taxRate, durationMs: end * 1000, send: sendTax, onResult: onTax }),
+      fault,
+      ...Array.from({ length: P.stormClients }, (_x, j) => storm(j)),
+    ])
+    sampling = false
+    await sampler
+    console.log(`  load done at ${at().toFixed(1)} s (card sent ${cardRun.sentRate.toFixed(0)}/s, worst send lag ${cardRun.maxSendLagMs.toFixed(1)} ms; tax sent ${taxRun.sentRate.toFixed(0)}/s)`)
+
+    // ---- after: recovery, ledger, connections -----------------------------------
+    const taxSamples = samples.flatMap(s => s.lanes.tax ? [{ s: s.s, ...s.lanes.tax }] : [])
+    const saturatedSeen = taxSamples.some(s => s.state === 'SATURATED')
+    const back = taxSamples.find(s => s.checkedAt >= faultMarks.clearedWall && s.active !== null && s.active < 5)
+    const taxRecoveryMs = back ? back.checkedAt - faultMarks.clearedWall : null
+    const transitions: Array<{ s: number, lane: string, from: string | null, to: string | null }> = []
+    for (const lane of LANE_NAMES) {
+      let prev: string | null | undefined
+      for (const s of samples) { const st = s.lanes[lane]?.state; if (st !== undefined && st !== prev) { if (prev !== undefined) transitions.push({ s: s.s, lane, from: prev, to: st }); prev = st } }
+    }
+
+    const ledgerRows = await db.query<{ idempotency_key: string, n: string, ids: string[], approved: string, holds: string }>(
+      `select a.idempotency_key, count(distinct a.id) n, array_agg(distinct a.id::text) ids,
+              count(distinct a.id) filter (where a.status = 'approved') approved, count(h.id) holds
+         from card_auth.authorizations a left join card_auth.holds h on h.authorization_id = a.id
+        where a.idempotency_key like $1 group by a.idempotency_key`, [`drill-${runId}-c-%`])
+    const inDb = new Map(ledgerRows.rows.map(r => [r.idempotency_key, r]))
+    let lost = 0; let doubled = 0; let phantom = 0
+    for (const [key, id] of acknowledged) { const r = inDb.get(key); if (!r || !r.ids.includes(id)) lost++ }
+    for (const r of ledgerRows.rows) if (Number(r.n) > 1 || Number(r.holds) !== Number(r.approved)) doubled++
+    for (const key of refused) if (inDb.has(key)) phantom++
+
+    const roles = [...LANE_NAMES.map(l => LANE_DEFAULTS[l].role), JOBS_ROLE.role, DECK_ROLE.role].map(r => (process.env.ROLE_PREFIX ?? '') + r)
+    // Orphaned: a backend that is still busy (active, or idle in a transaction) in
+    // two looks 5 s apart without its state having changed: nothing is running
+    // any more, so nothing should be holding it.
+    interface Backend { pid: number, role: string, state: string | null, state_change: string | null, wait_event: string | null, query: string }
+    const census = async (): Promise<Backend[]> => (await db.query<Backend>(
+      `select pid, usename as role, state, state_change::text, wait_event, left(query, 120) as query from pg_stat_activity
+        where usename = any($1) and pid <> pg_backend_pid()`, [roles])).rows
+    const first = await census()
+    await sleep(5_000)
+    const second = await census()
+    const busy = (b: Backend): boolean => b.state === 'active' || (b.state ?? '').startsWith('idle in transaction')
+    const stuck = second.filter(b => busy(b) && first.some(f => f.pid === b.pid && f.state === b.state && f.state_change === b.state_change))
+    const limits = new Map((await db.query<{ rolname: string, rolconnlimit: number }>('select rolname, rolconnlimit from pg_roles where rolname = any($1)', [roles])).rows.map(r => [r.rolname, r.rolconnlimit]))
+    const connections = roles.filter(r => limits.has(r)).map(role => {
+      const mine = second.filter(b => b.role === role)
+      return {
+        role, limit: limits.get(role)!, total: mine.length,
+        active: mine.filter(b => b.state === 'active').length, idle: mine.filter(b => b.state === 'idle').length,
+        idleInTransaction: mine.filter(b => (b.state ?? '').startsWith('idle in transaction')).length,
+        orphaned: stuck.filter(b => b.role === role).length,
+        stuck: stuck.filter(b => b.role === role).map(b => ({ pid: b.pid, state: b.state, since: b.state_change, waitEvent: b.wait_event, query: b.query })),
+      }
+    })
+
+    // ---- figures and verdict ------------------------------------------------------
+    const rssIn = (from: number, to: number): number[] => samples.filter(s => s.s >= from && s.s < to).map(s => s.rssBytes)
+    const mb = (b: number | undefined): number => Math.round((b ?? 0) / 1e5) / 10
+    const rss = {
+      processes: samples.at(-1)?.processes ?? 0,
+      beforeMb: mb(rssIn(W, faultFrom).at(-1)),
+      duringPeakMb: mb(Math.max(0, ...rssIn(faultFrom, faultTo))),
+      afterMb: mb(rssIn(faultTo, end + 10).at(-1)),
+    }
+    const storms = { clients: P.stormClients, sent: stormSec.reduce((x, s) => x + s.sent, 0), blocked: stormSec.reduce((x, s) => x + s.blocked, 0), codes: stormCodes, reachedPerKey, errors: stormErrors }
+    const allowedPerKey = 4 * (Math.ceil(F / 10) + 1)
+    const d = q(decided)
+    const figures: DrillFigures = {
+      card: { fault: q(cardH.fault), errors: cardErrors },
+      tax: { shed: taxShed, decided: { count: decidedCount, under5: decidedUnder, p50Ms: d.p50Ms, p99Ms: d.p99Ms, maxMs: d.maxMs }, errors: taxErrors, saturatedSeen },
+      storm: { errors: stormErrors, maxReachedPerKey: Math.max(0, ...reachedPerKey), allowedPerKey },
+      taxRecoveryMs,
+      ledger: { acknowledged: acknowledged.size, lost, doubled, phantom },
+      connections,
+    }
+    const criteria = evaluate(figures, { ...SPEC_THRESHOLDS, cardP99Ms: P.cardP99Ms })
+    const pass = criteria.every(c => c.pass)
+
+    let commit = 'unknown'
+    try { commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim() } catch { /* not a checkout */ }
+    const machine = `${os.cpus().length} x ${os.cpus()[0]?.model ?? 'cpu'}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, node ${process.version}`
+    const placement = fleet.own ? `fleet (PostgreSQL, gateway, lanes, workers, deck, sandbox) pinned to cpu ${fleet.pinned ?? '(not pinned: no taskset)'}, generator to cpu ${pinned ? a['generator-cpus'] : '(not pinned)'}` : `fleet at ${fleet.gatewayUrl} (not started here)`
+    const phases = {
+      warmupSeconds: P.warmupS, baseline: [0, faultFrom], fault: [faultFrom, faultTo], recovery: [faultTo, end],
+      faultSetAtS: faultMarks.setAt, faultClearedAtS: faultMarks.clearedAt,
+    }
+    const timeline = {
+      second: cardSec.map((_x, i) => i),
+      card: cardSec.map(s => ({ count: s.h.totalCount, ok: s.ok, r429: s.r429, errors: s.err, p50Ms: s.h.totalCount ? s.h.getValueAtPercentile(50) / 1000 : null, p99Ms: s.h.totalCount ? s.h.getValueAtPercentile(99) / 1000 : null, maxMs: s.h.totalCount ? s.h.maxValue / 1000 : null })),
+      tax: taxSec.map(s => ({ count: s.h.totalCount, shed: s.shed, compensated: s.compensated, errors: s.err, p99Ms: s.h.totalCount ? s.h.getValueAtPercentile(99) / 1000 : null })),
+      storm: stormSec,
+      lanes: samples.map(s => ({ s: Math.round(s.s * 100) / 100, rssMb: mb(s.rssBytes), ...Object.fromEntries(Object.entries(s.lanes).map(([k, v]) => [k, { state: v.state, active: v.active, up: v.up }])) })),
+    }
+    const report = {
+      drill: 'MC-RT-01', runId, command, date: new Date(wall0).toISOString(), commit, machine, placement,
+      load: { tool: 'test/load/open-loop.ts: open loop on undici, one scheduler per stream, latency from the scheduled send time into HDR histograms (hdr-histogram-js)', card: { rate: P.cardRate, sentRate: cardRun.sentRate, maxSendLagMs: cardRun.maxSendLagMs, scheduled: cardRun.scheduled }, tax: { rate: P.taxRate, sentRate: taxRun.sentRate, maxSendLagMs: taxRun.maxSendLagMs, scheduled: taxRun.scheduled }, retryingClient: { clients: P.stormClients, intervalMs: P.stormIntervalMs } },
+      fault: { latencyMs: P.faultLatencyMs, normalLatencyMs: P.normalLatencyMs, seconds: F },
+      phases, pass, criteria,
+      card: { baseline: q(cardH.baseline), fault: q(cardH.fault), recovery: q(cardH.recovery), answers: { 201: acknowledged.size, ...cardCodes } },
+      tax: { answers: taxCodes, shed: taxShed, decidedMs: { count: decidedCount, over5: decidedCount - decidedUnder, p50: d.p50Ms, p99: d.p99Ms, max: d.maxMs }, recoveryMs: taxRecoveryMs, stateTransitions: transitions.filter(x => x.lane === 'tax') },
+      otherLaneTransitions: transitions.filter(x => x.lane !== 'tax'),
+      retryingClient: { ...storms, allowedPerKey },
+      ledger: figures.ledger, connections, rss, timeline,
+    }
+    fs.mkdirSync(outDir, { recursive: true })
+    fs.writeFileSync(path.join(outDir, 'drill.json'), JSON.stringify(report, null, 2))
+    fs.writeFileSync(path.join(outDir, 'drill.html'), html(report))
+
+    // ---- console ----------------------------------------------------------------------
+    console.log(`\n${command}\n${report.date}, commit ${commit}, ${machine}\n${placement}\n`)
+    console.log('| criterion | limit | measured | verdict |\n|---|---|---|---|')
+    for (const c of criteria) console.log(`| ${c.what} | ${c.limit} | ${c.measured} | ${c.pass ? 'pass' : 'FAIL'} |`)
+    const row = (n: string, s: ReturnType<typeof q>): string => `| ${n} | ${s.count} | ${s.p50Ms.toFixed(1)} | ${s.p99Ms.toFixed(1)} | ${s.maxMs.toFixed(0)} |`
+    console.log('\n| card-auth | requests | p50 ms | p99 ms | max ms |\n|---|---|---|---|---|')
+    console.log([row('baseline', q(cardH.baseline)), row('fault', q(cardH.fault)), row('recovery', q(cardH.recovery))].join('\n'))
+    console.log(`\ncard answers ${JSON.stringify(report.card.answers)}; tax answers ${JSON.stringify(taxCodes)}`)
+    console.log(`retrying client: ${storms.sent} sent, ${storms.blocked} blocked at the gateway, at most ${figures.storm.maxReachedPerKey} per key reached the lane`)
+    console.log(`fleet RSS (${rss.processes} Node processes): before ${rss.beforeMb} MB, peak during ${rss.duringPeakMb} MB, after ${rss.afterMb} MB`)
+    console.log(`connections: ${connections.map(c => `${c.role} ${c.total}/${c.limit} (orphaned ${c.orphaned})`).join(', ')}`)
+    console.log(`\n${pass ? 'PASS' : 'FAIL'}: ${path.relative(process.cwd(), path.join(outDir, 'drill.html'))}, drill.json`)
+    return pass ? 0 : 1
+  } finally {
+    await Promise.allSettled([cardPool.close(), taxPool.close(), stormPool.close(), deck.close(), db.end()])
+    await fleet.stop()
+  }
+}
+
+function html (r: any): string {
+  const x: number[] = r.timeline.second
+  const band = [{ from: r.phases.fault[0], to: r.phases.fault[1], label: `tax sandbox at ${r.fault.latencyMs} ms` }]
+  const lanes = r.timeline.lanes as Array<Record<string, any>>
+  const ls = lanes.map(l => l.s)
+  const stateNum = (s: string | null): number | null => s === 'NORMAL' ? 0 : s === 'RECOVERING' ? 1 : s === 'SATURATED' ? 2 : null
+  const colors: Record<string, string> = { 'card-auth': '#1f6feb', fraud: '#8250df', tax: '#d1242f' }
+  const charts: Chart[] = [
+    { title: 'card-auth latency from scheduled send (ms, log scale)', yLabel: 'ms', x, log: true, series: [
+      { label: 'p50', values: r.timeline.card.map((c: any) => c.p50Ms && Math.max(0.01, c.p50Ms)), color: '#1f6feb' },
+      { label: 'p99', values: r.timeline.card.map((c: any) => c.p99Ms && Math.max(0.01, c.p99Ms)), color: '#d1242f' },
+      { label: 'max', values: r.timeline.card.map((c: any) => c.maxMs && Math.max(0.01, c.maxMs)), color: '#999', dash: true },
+      { label: 'SLA 120 ms', values: x.map(() => 120), color: '#06702d', dash: true },
+    ] },
+    { title: 'answers per second', yLabel: 'req/s', x, series: [
+      { label: 'card 201', values: r.timeline.card.map((c: any) => c.ok), color: '#1f6feb' },
+      { label: 'card 429', values: r.timeline.card.map((c: any) => c.r429), color: '#bf8700' },
+      { label: 'card errors', values: r.timeline.card.map((c: any) => c.errors), color: '#b00020' },
+      { label: 'tax shed', values: r.timeline.tax.map((c: any) => c.shed), color: '#d1242f' },
+      { label: 'tax compensated', values: r.timeline.tax.map((c: any) => c.compensated), color: '#8250df', dash: true },
+      { label: 'retries blocked at gateway', values: r.timeline.storm.map((c: any) => c.blocked), color: '#444' },
+    ] },
+    { title: 'lane state (0 NORMAL, 1 RECOVERING, 2 SATURATED), from the deck every 250 ms', yLabel: 'state', x: ls, step: true, series: LANE_NAMES.map(l => ({ label: l, values: lanes.map(s => stateNum(s[l]?.state ?? null)), color: colors[l]! })) },
+    { title: 'active permits', yLabel: 'permits', x: ls, step: true, series: LANE_NAMES.map(l => ({ label: l, values: lanes.map(s => s[l]?.active ?? null), color: colors[l]! })) },
+    { title: 'fleet RSS (sum over Node processes, MB)', yLabel: 'MB', x: ls, series: [{ label: 'RSS', values: lanes.map(s => s.rssMb), color: '#444' }] },
+  ]
+  const s = (n: string, v: any): Array<string | number> => [n, v.count, v.p50Ms.toFixed(1), v.p99Ms.toFixed(1), v.maxMs.toFixed(0)]
+  return renderReport({
+    title: `MC-RT-01 recovery drill — ${r.pass ? 'PASS' : 'FAIL'}`,
+    subtitle: [r.command, `${r.date}, commit ${r.commit}, ${r.machine}`, r.placement, `load: card ${r.load.card.rate}/s (sent ${r.load.card.sentRate.toFixed(0)}/s), tax ${r.load.tax.rate}/s, ${r.load.retryingClient.clients} INC-4491 clients re-sending every ${r.load.retryingClient.intervalMs} ms; ${r.load.tool}`],
+    verdict: { pass: r.pass, text: r.pass ? 'every criterion passed' : `${r.criteria.filter((c: any) => !c.pass).length} criterion failed` },
+    tables: [
+      { title: 'Criteria', head: ['criterion', 'limit', 'measured', 'verdict'], rows: r.criteria.map((c: any) => [c.what, c.limit, c.measured, c.pass ? 'pass' : 'fail']), passColumn: 3 },
+      { title: 'card-auth latency by phase', head: ['phase', 'requests', 'p50 ms', 'p99 ms', 'max ms'], rows: [s('baseline', r.card.baseline), s('fault', r.card.fault), s('recovery', r.card.recovery)] },
+      { title: 'Fleet RSS and connections', head: ['what', 'value'], rows: [
+        ['RSS before / peak during / after', `${r.rss.beforeMb} / ${r.rss.duringPeakMb} / ${r.rss.afterMb} MB (${r.rss.processes} Node processes)`],
+        ...r.connections.map((c: any) => [`connections ${c.role}`, `${c.total} of limit ${c.limit}: ${c.active} active, ${c.idle} idle, ${c.idleInTransaction} idle in transaction, ${c.orphaned} orphaned`]),
+        ['tax state changes', r.tax.stateTransitions.map((t: any) => `${t.s.toFixed(1)} s ${t.from}→${t.to}`).join(', ') || 'none'],
+        ['other lanes state changes', r.otherLaneTransitions.map((t: any) => `${t.s.toFixed(1)} s ${t.lane} ${t.from}→${t.to}`).join(', ') || 'none'],
+        ['answers', `card ${JSON.stringify(r.card.answers)}; tax ${JSON.stringify(r.tax.answers)}; retrying client ${JSON.stringify(r.retryingClient.codes)}`],
+      ] },
+    ],
+    charts, bands: band,
+  })
+}
+
+process.exitCode = await main().catch(err => { console.error('drill could not run:', err); return 2 })

@@ -1,0 +1,75 @@
+// The short MC-RT-01 drill, as CI runs it: `npm run drill` with small rates and
+// windows, against a fleet it starts itself (on the test's database). It must
+// exit 0 with every criterion passed, and leave a complete JSON and HTML report
+// and no process behind. The full-size run and its figures: README "Proof".
+import { spawn } from 'node:child_process'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import t from 'tap'
+import { testDatabase } from '../helpers/db.ts'
+import { ROOT } from '../helpers/procs.ts'
+
+const db = await testDatabase(t)
+const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'wt-drill-'))
+const out = path.join(ROOT, 'test-artifacts/drill-ci')
+t.teardown(() => fs.rmSync(dataDir, { recursive: true, force: true }))
+const BASE_PORT = 18680
+const args = ['--card-rate', '60', '--tax-rate', '30', '--storm-clients', '4', '--warmup-seconds', '5', '--baseline-seconds', '4', '--fault-seconds', '10', '--recovery-seconds', '8', '--base-port', String(BASE_PORT), '--data-dir', dataDir, '--out', out]
+
+t.test('npm run drill (short): every criterion passes and the report is complete', async t => {
+  fs.rmSync(out, { recursive: true, force: true })
+  const child = spawn(process.execPath, ['--import', 'tsx', 'test/load/drill/main.ts', ...args], {
+    cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, ...db.env, DATABASE_URL: db.superUrl },
+  })
+  let log = ''
+  child.stdout!.on('data', d => { log += d })
+  child.stderr!.on('data', d => { log += d })
+  t.teardown(() => { if (child.exitCode === null) child.kill('SIGKILL') })
+  const code = await new Promise<number | null>(resolve => child.once('exit', c => resolve(c)))
+  t.equal(code, 0, 'the drill exits 0')
+  if (code !== 0) t.comment(log)
+
+  const r = JSON.parse(fs.readFileSync(path.join(out, 'drill.json'), 'utf8'))
+  t.equal(r.drill, 'MC-RT-01')
+  t.equal(r.pass, true)
+  t.same(r.criteria.filter((c: { pass: boolean }) => !c.pass), [], 'no criterion failed')
+  t.same(r.criteria.map((c: { id: string }) => c.id), ['fault-took-effect', 'card-p99', 'no-errors', 'shed-decision', 'tax-recovery', 'retry-storm', 'ledger', 'orphaned-connections'])
+  t.match(r, { commit: String, machine: /node v/, command: /^npm run drill -- --card-rate 60/, fault: { latencyMs: 8000, seconds: 10 } })
+
+  // The load held its rates (open loop) and every answer is accounted for.
+  t.ok(Math.abs(r.load.card.sentRate - 60) / 60 < 0.1, `card sent at ${r.load.card.sentRate.toFixed(1)} req/s`)
+  t.equal(r.load.card.scheduled, 60 * 22, 'card: every second of baseline, fault and recovery scheduled')
+  t.equal(Object.values(r.card.answers as Record<string, number>).reduce((a, b) => a + b, 0), r.load.card.scheduled, 'card: one answer per request')
+  t.ok(r.card.fault.count >= 590 && r.card.fault.p99Ms <= 120, `card-auth p99 during the fault ${r.card.fault.p99Ms} ms`)
+
+  // The fault really happened, and the lanes show it.
+  t.ok(r.tax.shed > 100, `${r.tax.shed} tax requests shed during the fault`)
+  t.ok(r.tax.answers['compensated:saturated'] > 0, 'shed tax requests were answered from the certified table')
+  t.match(r.tax.stateTransitions, [{ from: 'NORMAL', to: 'SATURATED' }], 'tax went SATURATED')
+  t.same(r.otherLaneTransitions.filter((x: { lane: string, to: string }) => x.lane === 'card-auth' && x.to !== 'NORMAL'), [], 'card-auth never left NORMAL')
+  t.ok(r.tax.recoveryMs < 5_000, `tax active < 5 within ${r.tax.recoveryMs} ms of the fault's end`)
+  t.ok(r.retryingClient.blocked > 0 && r.retryingClient.reachedPerKey.every((n: number) => n <= r.retryingClient.allowedPerKey), `retrying client: ${r.retryingClient.blocked} of ${r.retryingClient.sent} blocked at the gateway`)
+
+  // Database: nothing lost, doubled or phantom; no orphaned connections; RSS reported.
+  t.match(r.ledger, { lost: 0, doubled: 0, phantom: 0 })
+  t.equal(r.ledger.acknowledged, r.card.answers['201'])
+  t.equal(r.connections.length, 5, 'all five roles counted')
+  t.ok(r.connections.every((c: { orphaned: number, total: number, limit: number }) => c.orphaned === 0 && c.total <= c.limit))
+  t.ok(r.rss.processes >= 8 && r.rss.beforeMb > 100 && r.rss.duringPeakMb > 100 && r.rss.afterMb > 100, `fleet RSS ${r.rss.beforeMb} / ${r.rss.duringPeakMb} / ${r.rss.afterMb} MB`)
+
+  // Timelines: one point per second for the streams, 4/s from the deck for the lanes.
+  t.equal(r.timeline.card.length, r.timeline.second.length)
+  t.ok(r.timeline.lanes.length >= 22 * 3, `${r.timeline.lanes.length} lane samples`)
+  t.ok(r.timeline.lanes.some((s: Record<string, { state: string }>) => s.tax?.state === 'SATURATED'))
+  const html = fs.readFileSync(path.join(out, 'drill.html'), 'utf8')
+  t.match(html, /MC-RT-01 recovery drill — PASS/)
+  for (const chart of ['card-auth latency', 'answers per second', 'lane state', 'active permits', 'fleet RSS']) t.match(html, chart)
+
+  // Nothing left running: the fleet's ports are closed.
+  for (const port of [BASE_PORT, BASE_PORT + 1, BASE_PORT + 3, BASE_PORT + 6]) {
+    const res = await fetch(`http://127.0.0.1:${port}/health/live`).then(() => 'open', () => 'closed')
+    t.equal(res, 'closed', `port ${port} closed after the drill`)
+  }
+})
