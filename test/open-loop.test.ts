@@ -37,3 +37,23 @@ t.test('a server that cannot keep up shows its queueing delay (no coordinated om
   t.ok(s2.maxMs > 700, `max latency ${s2.maxMs} ms counts the time spent queued`)
   t.ok(Math.abs(r.sentRate - 200) / 200 < 0.05, `and arrivals kept their schedule (${r.sentRate.toFixed(1)} req/s)`)
 })
+
+t.test('reports each answer with its scheduled time, and stops scheduling on abort', async t => {
+  const s = await server(5)
+  const pool = new Pool(s.url, { connections: 16 })
+  t.teardown(async () => { await pool.close(); await s.close() })
+  const seen: Array<{ i: number, at: number, us: number, status: string }> = []
+  const ac = new AbortController()
+  setTimeout(() => ac.abort(), 500)
+  const r = await runOpenLoop({
+    rate: 100, durationMs: 2_000, signal: ac.signal,
+    send: async i => { if (i % 10 === 9) throw new Error('transport'); const res = await pool.request({ path: '/', method: 'GET' }); await res.body.dump(); return res.statusCode },
+    onResult: (i, at, us, status) => { seen.push({ i, at, us, status }) },
+  })
+  t.ok(r.scheduled >= 45 && r.scheduled <= 55, `aborted at 0.5 s: ${r.scheduled} of 200 scheduled`)
+  t.equal(seen.length, r.scheduled, 'one report per request sent')
+  const byI = [...seen].sort((a, b) => a.i - b.i)
+  t.ok(byI.every((x, k) => k === 0 || Math.abs(x.at - byI[k - 1]!.at - 10) < 0.01), 'scheduled 10 ms apart (100 req/s), whatever the answer time')
+  t.same(byI.filter(x => x.status === 'error').map(x => x.i), byI.filter(x => x.i % 10 === 9).map(x => x.i), 'transport errors reported as error')
+  t.ok(byI.filter(x => x.status === '200').every(x => x.us >= 5_000), 'latency includes the 5 ms service time')
+})
