@@ -55,5 +55,7 @@ t.test('reports each answer with its scheduled time, and stops scheduling on abo
   const byI = [...seen].sort((a, b) => a.i - b.i)
   t.ok(byI.every((x, k) => k === 0 || Math.abs(x.at - byI[k - 1]!.at - 10) < 0.01), 'scheduled 10 ms apart (100 req/s), whatever the answer time')
   t.same(byI.filter(x => x.status === 'error').map(x => x.i), byI.filter(x => x.i % 10 === 9).map(x => x.i), 'transport errors reported as error')
-  t.ok(byI.filter(x => x.status === '200').every(x => x.us >= 5_000), 'latency includes the 5 ms service time')
+  // Node timers run on the loop's cached clock and can fire up to ~1 ms early against performance.now().
+  const minUs = Math.min(...byI.filter(x => x.status === '200').map(x => x.us))
+  t.ok(minUs >= 4_000, `latency includes the 5 ms service time (min ${(minUs / 1000).toFixed(2)} ms)`)
 })
