@@ -1,6 +1,7 @@
 // One supervised child process: spawned as its own OS process, restarted with
 // exponential backoff when it dies, stopped with SIGTERM (then SIGKILL).
 import { spawn, type ChildProcess } from 'node:child_process'
+import fs from 'node:fs'
 import os from 'node:os'
 import readline from 'node:readline'
 
@@ -42,6 +43,13 @@ export class SupervisedChild {
     this.#proc = p
     if (this.spec.nice && p.pid !== undefined) {
       try { os.setPriority(p.pid, this.spec.nice) } catch (err) { this.#log('supervisor', `${this.spec.name}: could not set CPU priority ${this.spec.nice}: ${(err as Error).message}`) }
+      // With Linux's scheduler autogroups (on by default on many hosts) nice only ranks
+      // tasks inside one session, and every child is its own session (detached): its
+      // group's nice is what the scheduler weighs against the other processes.
+      const autogroup = `/proc/${p.pid}/autogroup`
+      if (fs.existsSync(autogroup)) {
+        try { fs.writeFileSync(autogroup, String(this.spec.nice)) } catch (err) { this.#log('supervisor', `${this.spec.name}: could not set its autogroup's CPU priority: ${(err as Error).message}`) }
+      }
     }
     readline.createInterface({ input: p.stdout! }).on('line', l => this.#log(this.spec.name, l))
     readline.createInterface({ input: p.stderr! }).on('line', l => this.#log(this.spec.name, l))

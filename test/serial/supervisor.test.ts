@@ -35,6 +35,11 @@ t.test('the fleet comes up with credentials, survives a killed lane, and stops c
   // CPU priority by lane priority: when the fleet shares cores, P2 work yields to the P0 path.
   const nice = Object.fromEntries(Object.entries(pids).map(([n, pid]) => [n, os.getPriority(pid)]))
   t.same(nice, { 'tax-sandbox': 10, 'card-auth': 0, fraud: 5, tax: 10, 'worker-fraud': 5, 'worker-tax': 10, gateway: 0, deck: 5 }, 'CPU priorities: P0 0, P1 5, P2 10, deck 5, sandbox 10')
+  // Under scheduler autogroups each child (its own session) is weighed by its group's nice.
+  if (fs.existsSync(`/proc/${pids.tax}/autogroup`)) {
+    const group = Object.fromEntries(Object.entries(pids).map(([n, pid]) => [n, Number(/nice (-?\d+)/.exec(fs.readFileSync(`/proc/${pid}/autogroup`, 'utf8'))?.[1])]))
+    t.same(group, nice, 'and each child\'s autogroup has the same nice')
+  }
   t.ok(lines.some(l => l.includes('curl -s -X POST')), 'prints an example curl')
 
   const credsFile = path.join(dataDir, 'credentials.json')
