@@ -16,6 +16,11 @@ export async function seedDemoCards (db: pg.Client | pg.Pool): Promise<typeof DE
   return DEMO_CARDS
 }
 
+/** The i-th request's card among n seeded load accounts (tok_load_000001…), round robin. */
+export function loadCardToken (i: number, n = 1_000): string {
+  return `tok_load_${String((i % n) + 1).padStart(6, '0')}`
+}
+
 export async function seedLoadCards (db: pg.Client | pg.Pool, n: number, opts: { currency?: string, available?: number } = {}): Promise<number> {
   const { rowCount } = await db.query(
     `insert into card_auth.card_accounts (token, currency, available)

@@ -7,9 +7,10 @@ import os from 'node:os'
 import { parseArgs } from 'node:util'
 import pg from 'pg'
 import { Pool } from 'undici'
-import { seedLoadCards } from '../../services/card-auth/seed.ts'
+import { loadCardToken, seedLoadCards } from '../../services/card-auth/seed.ts'
 import { runOpenLoop, summary } from './open-loop.ts'
 import { pinSelf, startLocalFleet } from './local-fleet.ts'
+import { gatewayPost } from './run-info.ts'
 
 const { values: a } = parseArgs({ options: { seconds: { type: 'string', default: '10' }, steps: { type: 'string', default: '200,400,600,800,1000,1200' }, peak: { type: 'string', default: '1400' } } })
 const seconds = Number(a.seconds)
@@ -28,8 +29,7 @@ try {
   let n = 0
   const send = async (): Promise<number> => {
     const i = ++n
-    const body = JSON.stringify({ merchantId: 'm_bench', cardToken: `tok_load_${String((i % 1000) + 1).padStart(6, '0')}`, amount: { value: 1, currency: 'EUR' } })
-    const r = await gw.request({ method: 'POST', path: '/v1/authorizations', headers: { authorization: `Bearer ${fleet.apiKey}`, 'idempotency-key': `cab-${process.pid}-${i}`, 'content-type': 'application/json' }, body })
+    const r = await gatewayPost(gw, fleet.apiKey, '/v1/authorizations', `cab-${process.pid}-${i}`, { merchantId: 'm_bench', cardToken: loadCardToken(i), amount: { value: 1, currency: 'EUR' } })
     if (r.statusCode === 201) { await r.body.dump(); return 201 }
     const code = ((await r.body.json().catch(() => ({}))) as { code?: string }).code
     codes[code ?? String(r.statusCode)] = (codes[code ?? String(r.statusCode)] ?? 0) + 1

@@ -17,18 +17,19 @@
 // system's Node processes and the event-loop delay of the process serving
 // card-auth; writes the table to docs/bench-compare.md and the raw figures to
 // test-artifacts/bench-compare.json.
-import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import fs from 'node:fs'
-import os from 'node:os'
 import path from 'node:path'
 import readline from 'node:readline'
 import { parseArgs } from 'node:util'
 import pg from 'pg'
 import { Pool, errors } from 'undici'
-import { seedLoadCards } from '../../../services/card-auth/seed.ts'
+import { loadCardToken, seedLoadCards } from '../../../services/card-auth/seed.ts'
+import { waitHealthy } from '../../../services/supervisor/child.ts'
 import { bootstrapDatabase, localSecrets } from '../../../shared/db/bootstrap.ts'
 import { newHistogram, runOpenLoop, summary } from '../open-loop.ts'
 import { hasTaskset, pinSelf, startLocalFleet } from '../local-fleet.ts'
+import { gatewayPost, gitCommit, machine as machineLine, numberFlag, sleep } from '../run-info.ts'
 
 const { values: a } = parseArgs({
   options: {
@@ -46,7 +47,7 @@ const { values: a } = parseArgs({
     doc: { type: 'string', default: 'docs/bench-compare.md' },
   },
 })
-const N = (k: keyof typeof a): number => { const v = Number(a[k]); if (!Number.isFinite(v) || v < 0) { console.error(`--${k}: not a number`); process.exit(2) } return v }
+const N = (k: keyof typeof a): number => numberFlag(a, k)
 const P = { cardRate: N('card-rate'), taxRate: N('tax-rate'), warmupS: N('warmup-seconds'), baselineS: N('baseline-seconds'), faultS: N('fault-seconds'), faultLatencyMs: N('fault-latency-ms'), taxDeadlineMs: N('tax-deadline-ms'), clientTimeoutMs: N('client-timeout-ms'), taxClientTimeoutMs: N('tax-client-timeout-ms') }
 const topologies = a.topologies!.split(',').map(s => s.trim().toUpperCase()) as Array<'A' | 'B' | 'C'>
 if (!topologies.every(t => ['A', 'B', 'C'].includes(t))) { console.error('--topologies: A, B and/or C'); process.exit(2) }
@@ -56,7 +57,6 @@ const root = path.resolve(import.meta.dirname, '../../..')
 const base = N('base-port')
 const dataDir = path.resolve(root, '.data/bench-compare')
 const SERVER_CPU = '0'
-const sleep = (ms: number): Promise<void> => new Promise(r => setTimeout(r, ms))
 
 const DESCRIBE = {
   A: 'one process, one shared pool of 60, one admission limit of 500 in flight (deep queue behind it)',
@@ -87,10 +87,7 @@ function startSandbox (): Promise<{ url: string, stop (): Promise<void> }> {
   const child = spawn(cmd as string, args as string[], { cwd: root, env: { ...process.env, TAX_SANDBOX_PORT: String(port), LOG_LEVEL: 'warn' }, stdio: ['ignore', 'ignore', 'inherit'] })
   const url = `http://127.0.0.1:${port}`
   return (async () => {
-    for (let i = 0; i < 200; i++) {
-      try { const r = await fetch(url + '/health/live'); if (r.ok) break } catch { /* not yet */ }
-      await sleep(100)
-    }
+    await waitHealthy(`${url}/health/live`, 20_000)
     return { url, stop: () => stopChild(child) }
   })()
 }
@@ -156,9 +153,8 @@ async function measure (topology: 'A' | 'B' | 'C', sys: System, apiKey: string, 
   const taxAnswers: Record<string, number> = {}
   const codes = new Map<number, string>()
   const card = async (i: number): Promise<number> => {
-    const body = JSON.stringify({ merchantId: 'm_compare', cardToken: `tok_load_${String((i % 1000) + 1).padStart(6, '0')}`, amount: { value: 1, currency: 'EUR' } })
     try {
-      const r = await cardPool.request({ method: 'POST', path: '/v1/authorizations', headers: { authorization: `Bearer ${apiKey}`, 'idempotency-key': `cmp-${run}-${i}`, 'content-type': 'application/json' }, body })
+      const r = await gatewayPost(cardPool, apiKey, '/v1/authorizations', `cmp-${run}-${i}`, { merchantId: 'm_compare', cardToken: loadCardToken(i), amount: { value: 1, currency: 'EUR' } })
       const j = await r.body.json().catch(() => ({})) as { code?: string }
       codes.set(i, r.statusCode === 201 ? '201' : `${r.statusCode} ${j.code ?? ''}`.trim())
       return r.statusCode
@@ -168,10 +164,9 @@ async function measure (topology: 'A' | 'B' | 'C', sys: System, apiKey: string, 
     }
   }
   const tax = async (i: number): Promise<number> => {
-    const body = JSON.stringify({ jurisdiction: ['US-CA', 'DE', 'FR'][i % 3], amount: { value: 10_000, currency: 'EUR' } })
     let k: string
     try {
-      const r = await taxPool.request({ method: 'POST', path: '/v1/tax/quotes', headers: { authorization: `Bearer ${apiKey}`, 'idempotency-key': `cmpt-${run}-${i}`, 'content-type': 'application/json' }, body })
+      const r = await gatewayPost(taxPool, apiKey, '/v1/tax/quotes', `cmpt-${run}-${i}`, { jurisdiction: ['US-CA', 'DE', 'FR'][i % 3], amount: { value: 10_000, currency: 'EUR' } })
       const j = await r.body.json().catch(() => ({})) as { code?: string, source?: string }
       k = r.statusCode === 200 ? `200 ${j.source ?? ''}`.trim() : `${r.statusCode} ${j.code ?? ''}`.trim()
       if (phase === 'fault') taxAnswers[k] = (taxAnswers[k] ?? 0) + 1
@@ -306,10 +301,9 @@ async function main (): Promise<void> {
     await db.embedded?.stop()
   }
 
-  let commit = 'unknown'
-  try { commit = execFileSync('git', ['describe', '--always', '--dirty', '--abbrev=7'], { cwd: root, encoding: 'utf8' }).trim() } catch { /* not a checkout */ }
+  const commit = gitCommit(root)
   const date = new Date().toISOString()
-  const machine = `${os.cpus().length} x ${os.cpus()[0]?.model ?? 'cpu'}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, Linux ${os.release()}, node ${process.version}`
+  const machine = machineLine({ kernel: true })
   const placement = pinned ? 'system under test, the sandbox and PostgreSQL pinned to cpu 0; load generator to cpu 1' : 'not pinned (no taskset)'
   const fmt = (x: number): string => x >= 100 ? x.toFixed(0) : x.toFixed(1)
   const sorted = ['A', 'B', 'C'].flatMap(t => results.filter(r => r.topology === t))

@@ -14,19 +14,18 @@
 //   npm run drill                                  # spec figures, fleet started here
 //   npm run drill -- --card-rate 300 --fault-seconds 30
 //   npm run drill -- --gateway http://gw:8080 --deck http://127.0.0.1:9090   # API_KEY, ADMIN_TOKEN, DATABASE_URL from env
-import { execFileSync } from 'node:child_process'
 import crypto from 'node:crypto'
 import fs from 'node:fs'
-import os from 'node:os'
 import path from 'node:path'
 import { parseArgs } from 'node:util'
 import pg from 'pg'
 import { Pool } from 'undici'
 import type * as hdr from 'hdr-histogram-js'
-import { seedLoadCards } from '../../../services/card-auth/seed.ts'
+import { loadCardToken, seedLoadCards } from '../../../services/card-auth/seed.ts'
 import { DECK_ROLE, JOBS_ROLE, LANE_DEFAULTS, LANE_NAMES } from '../../../shared/lanes.ts'
 import { newHistogram, runOpenLoop, summary } from '../open-loop.ts'
 import { pinSelf, startLocalFleet, type LocalFleet } from '../local-fleet.ts'
+import { gatewayPost, gitCommit, machine as machineLine, numberFlag, sleep } from '../run-info.ts'
 import { evaluate, SPEC_THRESHOLDS, type DrillFigures } from './criteria.ts'
 import { renderReport, type Chart } from './html-report.ts'
 
@@ -52,11 +51,7 @@ const { values: a } = parseArgs({
     'generator-cpus': { type: 'string', default: '1' },
   },
 })
-const num = (k: keyof typeof a, min: number, max: number): number => {
-  const v = Number(a[k])
-  if (!Number.isFinite(v) || v < min || v > max) { console.error(`--${k} must be a number from ${min} to ${max} (got ${String(a[k])})`); process.exit(2) }
-  return v
-}
+const num = (k: keyof typeof a, min: number, max: number): number => numberFlag(a, k, min, max)
 const P = {
   cardRate: num('card-rate', 1, 20_000), taxRate: num('tax-rate', 1, 5_000),
   stormClients: num('storm-clients', 0, 500), stormIntervalMs: num('storm-interval-ms', 1, 10_000),
@@ -85,7 +80,6 @@ async function fleetUnderTest (): Promise<Target> {
   return { ...fleet, own: true }
 }
 
-const sleep = (ms: number): Promise<void> => new Promise(r => setTimeout(r, ms))
 const q = (h: hdr.Histogram) => summary(h)
 
 async function main (): Promise<number> {
@@ -106,6 +100,8 @@ async function main (): Promise<number> {
       return json
     }
     const setLatency = (ms: number) => admin('PUT', '/admin/faults/tax', { latencyMs: ms })
+    const post = (p: Pool, path_: string, key: string, body: unknown) => gatewayPost(p, fleet.apiKey, path_, key, body)
+    const cardBody = (i: number) => ({ merchantId: 'm_drill', cardToken: loadCardToken(i), amount: { value: 1, currency: 'EUR' } })
     await setLatency(P.normalLatencyMs)
 
     // ---- warm-up: a cold fleet (JIT, pools, caches) at a gentle rate, not recorded ----
@@ -113,14 +109,14 @@ async function main (): Promise<number> {
       const gentle = { card: Math.min(P.cardRate, 150), tax: Math.min(P.taxRate, 30) }
       console.log(`warm-up ${P.warmupS} s, not recorded: half at ${gentle.card} card + ${gentle.tax} tax req/s (a cold fleet: JIT, pools), half at the full rates`)
       const warm = async (p: Pool, path_: string, key: string, body: unknown): Promise<number> => {
-        const r = await p.request({ method: 'POST', path: path_, headers: { authorization: `Bearer ${fleet.apiKey}`, 'idempotency-key': key, 'content-type': 'application/json' }, body: JSON.stringify(body) })
+        const r = await post(p, path_, key, body)
         await r.body.dump()
         return r.statusCode
       }
       let w = 0
       for (const [cr, tr] of [[gentle.card, gentle.tax], [P.cardRate, P.taxRate]] as const) {
         await Promise.all([
-          runOpenLoop({ rate: cr, durationMs: P.warmupS * 500, send: () => { const j = w++; return warm(cardPool, '/v1/authorizations', `drill-${runId}-wc-${j}`, { merchantId: 'm_drill', cardToken: `tok_load_${String((j % 1000) + 1).padStart(6, '0')}`, amount: { value: 1, currency: 'EUR' } }).catch(() => 0) } }),
+          runOpenLoop({ rate: cr, durationMs: P.warmupS * 500, send: () => { const j = w++; return warm(cardPool, '/v1/authorizations', `drill-${runId}-wc-${j}`, cardBody(j)).catch(() => 0) } }),
           runOpenLoop({ rate: tr, durationMs: P.warmupS * 500, send: () => warm(taxPool, '/v1/tax/quotes', `drill-${runId}-wt-${w++}`, { jurisdiction: 'DE', amount: { value: 10_000, currency: 'EUR' } }).catch(() => 0) }),
         ])
       }
@@ -170,8 +166,7 @@ async function main (): Promise<number> {
     const cardKey = (i: number): string => `drill-${runId}-c-${i}`
     const sendCard = async (i: number): Promise<number> => {
       const key = cardKey(i)
-      const body = JSON.stringify({ merchantId: 'm_drill', cardToken: `tok_load_${String((i % 1000) + 1).padStart(6, '0')}`, amount: { value: 1, currency: 'EUR' } })
-      const r = await cardPool.request({ method: 'POST', path: '/v1/authorizations', headers: { authorization: `Bearer ${fleet.apiKey}`, 'idempotency-key': key, 'content-type': 'application/json' }, body })
+      const r = await post(cardPool, '/v1/authorizations', key, cardBody(i))
       const json = await r.body.json().catch(() => ({})) as { id?: string, code?: string }
       if (r.statusCode === 201 && json.id) acknowledged.set(key, json.id)
       else { refused.add(key); cardInfo.set(i, { code: json.code }) }
@@ -198,8 +193,7 @@ async function main (): Promise<number> {
     let taxErrors = 0; let taxShed = 0
     const isShed = (status: number, compensated: string | null, code?: string): boolean => compensated === 'saturated' || (status === 503 && code === 'ERR_TAX_BULKHEAD_SATURATED')
     const sendTax = async (i: number): Promise<number> => {
-      const body = JSON.stringify({ jurisdiction: ['US-CA', 'US-NY', 'DE', 'FR', 'GB'][i % 5], amount: { value: 10_000, currency: 'EUR' } })
-      const r = await taxPool.request({ method: 'POST', path: '/v1/tax/quotes', headers: { authorization: `Bearer ${fleet.apiKey}`, 'idempotency-key': `drill-${runId}-t-${i}`, 'content-type': 'application/json' }, body })
+      const r = await post(taxPool, '/v1/tax/quotes', `drill-${runId}-t-${i}`, { jurisdiction: ['US-CA', 'US-NY', 'DE', 'FR', 'GB'][i % 5], amount: { value: 10_000, currency: 'EUR' } })
       const json = await r.body.json().catch(() => ({})) as { code?: string }
       const compensated = (r.headers['x-tax-compensation'] as string | undefined) ?? null
       const shed = isShed(r.statusCode, compensated, json.code)
@@ -232,13 +226,13 @@ async function main (): Promise<number> {
     const storm = async (j: number): Promise<void> => {
       await sleep(faultFrom * 1000 - (performance.now() - t0))
       const key = `drill-${runId}-s-${j}`
-      const body = JSON.stringify({ jurisdiction: 'US-CA', amount: { value: 5_000, currency: 'USD' } })
+      const body = { jurisdiction: 'US-CA', amount: { value: 5_000, currency: 'USD' } }
       let reached = 0
       while (at() < faultTo) {
         const sec = stormSec[Math.min(seconds, Math.floor(at()))]!
         sec.sent++
         try {
-          const r = await stormPool.request({ method: 'POST', path: '/v1/tax/quotes', headers: { authorization: `Bearer ${fleet.apiKey}`, 'idempotency-key': key, 'content-type': 'application/json' }, body })
+          const r = await post(stormPool, '/v1/tax/quotes', key, body)
           const json = await r.body.json().catch(() => ({})) as { code?: string }
           const k = json.code ?? String(r.statusCode)
           stormCodes[k] = (stormCodes[k] ?? 0) + 1
@@ -344,9 +338,8 @@ async function main (): Promise<number> {
     const criteria = evaluate(figures, { ...SPEC_THRESHOLDS, cardP99Ms: P.cardP99Ms })
     const pass = criteria.every(c => c.pass)
 
-    let commit = 'unknown'
-    try { commit = execFileSync('git', ['describe', '--always', '--dirty', '--abbrev=7'], { encoding: 'utf8' }).trim() } catch { /* not a checkout */ }
-    const machine = `${os.cpus().length} x ${os.cpus()[0]?.model ?? 'cpu'}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, node ${process.version}`
+    const commit = gitCommit()
+    const machine = machineLine()
     const placement = fleet.own ? `fleet (PostgreSQL, gateway, lanes, workers, deck, sandbox) pinned to cpu ${fleet.pinned ?? '(not pinned: no taskset)'}, generator to cpu ${pinned ? a['generator-cpus'] : '(not pinned)'}` : `fleet at ${fleet.gatewayUrl} (not started here)`
     const phases = {
       warmupSeconds: P.warmupS, baseline: [0, faultFrom], fault: [faultFrom, faultTo], recovery: [faultTo, end],

@@ -1,0 +1,29 @@
+// What every benchmark and drill needs around its measurement: number flags
+// checked once, a sleep, the client's POST, and the stamp printed with the figures (commit and
+// machine), so a figure can always be traced to the code and host that made it.
+import { execFileSync } from 'node:child_process'
+import os from 'node:os'
+import type { Pool } from 'undici'
+
+export const sleep = (ms: number): Promise<void> => new Promise(r => setTimeout(r, ms))
+
+/** A numeric flag from parseArgs' values, within [min, max]; exits 2 with a message otherwise. */
+export function numberFlag<K extends string> (values: Partial<Record<K, string | boolean | undefined>>, key: K, min = 0, max = Number.MAX_SAFE_INTEGER): number {
+  const v = Number(values[key])
+  if (!Number.isFinite(v) || v < min || v > max) { console.error(`--${key} must be a number from ${min} to ${max} (got ${String(values[key])})`); process.exit(2) }
+  return v
+}
+
+/** The checkout's commit, marked -dirty when the working tree differs. */
+export function gitCommit (cwd = process.cwd()): string {
+  try { return execFileSync('git', ['describe', '--always', '--dirty', '--abbrev=7'], { cwd, encoding: 'utf8' }).trim() } catch { return 'unknown' }
+}
+
+export function machine (o: { kernel?: boolean } = {}): string {
+  return `${os.cpus().length} x ${os.cpus()[0]?.model ?? 'cpu'}, ${Math.round(os.totalmem() / 2 ** 30)} GiB, ${o.kernel ? `Linux ${os.release()}, ` : ''}node ${process.version}`
+}
+
+/** A client's POST through the gateway: its API key, an Idempotency-Key, a JSON body. */
+export function gatewayPost (pool: Pool, apiKey: string, path: string, idempotencyKey: string, body: unknown) {
+  return pool.request({ method: 'POST', path, headers: { authorization: `Bearer ${apiKey}`, 'idempotency-key': idempotencyKey, 'content-type': 'application/json' }, body: JSON.stringify(body) })
+}
