@@ -56,7 +56,11 @@ t.test('npm run drill (short): every criterion passes and the report is complete
   // The fault really happened, and the lanes show it.
   t.ok(r.tax.shed > 100, `${r.tax.shed} tax requests shed during the fault`)
   t.ok(r.tax.answers['compensated:saturated'] > 0, 'shed tax requests were answered from the certified table')
+  // The drill waits for every lane to be NORMAL before the baseline (a cold CI host
+  // once saturated tax during the warm-up), so tax's first move is the fault's.
+  t.ok(r.phases.settledMs >= 0, `every lane NORMAL ${r.phases.settledMs} ms after the warm-up`)
   t.match(r.tax.stateTransitions, [{ from: 'NORMAL', to: 'SATURATED' }], 'tax went SATURATED')
+  t.ok(r.tax.stateTransitions[0]?.s >= r.phases.fault[0], `tax SATURATED at ${r.tax.stateTransitions[0]?.s?.toFixed(2)} s, in the fault window from ${r.phases.fault[0]} s`)
   t.same(r.otherLaneTransitions.filter((x: { lane: string, to: string | null }) => x.lane === 'card-auth' && x.to !== 'NORMAL' && x.to !== null), [], 'card-auth never SATURATED or RECOVERING (a missed deck poll shows as null)')
   t.ok(r.tax.recoveryMs < 5_000, `tax active < 5 within ${r.tax.recoveryMs} ms of the fault's end`)
   t.ok(r.retryingClient.blocked > 0 && r.retryingClient.reachedPerKey.every((n: number) => n <= r.retryingClient.allowedPerKey), `retrying client: ${r.retryingClient.blocked} of ${r.retryingClient.sent} blocked at the gateway`)

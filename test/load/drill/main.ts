@@ -39,6 +39,7 @@ const { values: a } = parseArgs({
     'baseline-seconds': { type: 'string', default: '20' },
     'fault-seconds': { type: 'string', default: '120' },
     'recovery-seconds': { type: 'string', default: '20' },
+    'settle-timeout-seconds': { type: 'string', default: '60' },
     'fault-latency-ms': { type: 'string', default: '8000' },
     'normal-latency-ms': { type: 'string', default: '20' },
     'card-p99-ms': { type: 'string', default: String(SPEC_THRESHOLDS.cardP99Ms) },
@@ -56,6 +57,7 @@ const P = {
   cardRate: num('card-rate', 1, 20_000), taxRate: num('tax-rate', 1, 5_000),
   stormClients: num('storm-clients', 0, 500), stormIntervalMs: num('storm-interval-ms', 1, 10_000),
   warmupS: num('warmup-seconds', 0, 600), baselineS: num('baseline-seconds', 1, 3_600), faultS: num('fault-seconds', 1, 3_600), recoveryS: num('recovery-seconds', 5, 3_600),
+  settleTimeoutS: num('settle-timeout-seconds', 1, 3_600),
   faultLatencyMs: num('fault-latency-ms', 0, 60_000), normalLatencyMs: num('normal-latency-ms', 0, 199),
   cardP99Ms: num('card-p99-ms', 0, 60_000),
 }
@@ -121,6 +123,25 @@ async function main (): Promise<number> {
         ])
       }
     }
+
+    // ---- settle: the baseline starts from a fleet whose lanes are all NORMAL ----
+    // A lane the warm-up pushed into SATURATED (a cold process on a slow host) is
+    // RECOVERING until its active permits stay low for the recovery window (10 s);
+    // a baseline begun then would measure the warm-up, and the fault's transitions
+    // would start mid-way. No load runs while the drill waits.
+    const settleFrom = performance.now()
+    let notNormal: string[] = []
+    let firstNotNormal: string[] | undefined
+    for (;;) {
+      const v = await admin('GET', '/admin/lanes')
+      notNormal = (v.lanes as Array<{ name: string, up: boolean, status?: { state?: string } }>).filter(l => !l.up || l.status?.state !== 'NORMAL').map(l => `${l.name} ${l.up ? l.status?.state : 'down'}`)
+      firstNotNormal ??= notNormal
+      if (notNormal.length === 0) break
+      if (performance.now() - settleFrom > P.settleTimeoutS * 1000) throw new Error(`lanes not NORMAL ${P.settleTimeoutS} s after the warm-up: ${notNormal.join(', ')}`)
+      await sleep(250)
+    }
+    const settledMs = Math.round(performance.now() - settleFrom)
+    console.log(`every lane NORMAL ${settledMs} ms after the warm-up${firstNotNormal!.length ? ` (it left ${firstNotNormal!.join(', ')})` : ''}`)
 
     // ---- deck samples ------------------------------------------------------
     const t0 = performance.now()
@@ -342,7 +363,7 @@ async function main (): Promise<number> {
     const machine = machineLine()
     const placement = fleet.own ? `fleet (PostgreSQL, gateway, lanes, workers, deck, sandbox) pinned to cpu ${fleet.pinned ?? '(not pinned: no taskset)'}, generator to cpu ${pinned ? a['generator-cpus'] : '(not pinned)'}` : `fleet at ${fleet.gatewayUrl} (not started here)`
     const phases = {
-      warmupSeconds: P.warmupS, baseline: [0, faultFrom], fault: [faultFrom, faultTo], recovery: [faultTo, end],
+      warmupSeconds: P.warmupS, settledMs, baseline: [0, faultFrom], fault: [faultFrom, faultTo], recovery: [faultTo, end],
       faultSetAtS: faultMarks.setAt, faultClearedAtS: faultMarks.clearedAt,
     }
     const timeline = {
