@@ -64,6 +64,10 @@ t.test('provider error, provider deadline and saturation are answered from the c
   t.equal(shed.headers['x-tax-compensation'], 'saturated', 'the second request found the one permit busy')
   const admit = Number(/admit;[^,]*dur=([\d.]+)/.exec(shed.headers['server-timing'] ?? '')?.[1])
   t.ok(admit < 5, `the lane decided to shed in ${admit} ms (< 5 ms)`)
+  // With every permit taken at arrival the lane also says how much of that time it
+  // waited for a CPU (/proc/self/schedstat), part of the admit time.
+  const runq = Number(/runq;desc="waiting for a CPU during admit";dur=([\d.]+)/.exec(shed.headers['server-timing'] ?? '')?.[1])
+  t.ok(runq >= 0 && runq <= admit + 0.05, `of it, ${runq} ms waiting for a CPU`)
 
   const missing = await quote('US-NV')
   t.equal(missing.status, 503, 'a jurisdiction with no table rate is never given a made-up rate')

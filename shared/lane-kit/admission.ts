@@ -6,6 +6,7 @@ import type pg from 'pg'
 import { BulkheadRejected, type Bulkhead } from '../bulkhead.ts'
 import { AppError, isAppError } from '../errors.ts'
 import type { LaneMetrics, LaneRejectReason } from '../metrics.ts'
+import { runQueueWaitMs } from '../run-queue.ts'
 import { executionDb, type Execution } from './execution.ts'
 
 export interface LaneResult {
@@ -27,6 +28,10 @@ export interface AdmissionDeps {
 
 export function admitted (deps: AdmissionDeps, handler: LaneHandler, onReject: RejectHandler) {
   return async function admittedHandler (req: FastifyRequest, reply: FastifyReply): Promise<unknown> {
+    // With every permit taken this arrival is about to be shed or queued: note the
+    // main thread's run-queue wait too, so the decision's timing can say how much of
+    // it was spent waiting for a CPU rather than deciding (one pread, overload only).
+    const runq0 = deps.bulkhead.active >= deps.bulkhead.permits ? runQueueWaitMs() : undefined
     const entered = performance.now()
     const gone = new AbortController()
     // ServerResponse 'close' fires on completion too; only a close before the end is a disconnect.
@@ -36,6 +41,7 @@ export function admitted (deps: AdmissionDeps, handler: LaneHandler, onReject: R
     // acquire() decides at once when the queue has no room: time that decision itself.
     const pending = deps.bulkhead.acquire(gone.signal)
     const decidedAt = performance.now()
+    const runq1 = runq0 === undefined ? undefined : runQueueWaitMs()
     try {
       permit = await pending
     } catch (err) {
@@ -45,8 +51,11 @@ export function admitted (deps: AdmissionDeps, handler: LaneHandler, onReject: R
       deps.metrics.rejection(err.reason)
       // How long admission took to decide (INV-BH-02 asks < 5 ms), and how long the
       // request had been in the process by then (parsing, validation, event-loop wait).
+      // runq: of the admit time, how long the process was off the CPU (ready, not
+      // running); only for an immediate decision, whose two readings bracket it.
       const decided = err.reason === 'queue_timeout' ? performance.now() : decidedAt
-      reply.header('server-timing', `admit;desc="${err.reason}";dur=${(decided - entered).toFixed(3)}, inproc;dur=${reply.elapsedTime.toFixed(3)}`)
+      const runq = err.reason !== 'queue_timeout' && runq0 !== undefined && runq1 !== undefined ? `, runq;desc="waiting for a CPU during admit";dur=${Math.max(0, runq1 - runq0).toFixed(3)}` : ''
+      reply.header('server-timing', `admit;desc="${err.reason}";dur=${(decided - entered).toFixed(3)}${runq}, inproc;dur=${reply.elapsedTime.toFixed(3)}`)
       return send(reply, await onReject(err.reason, req))
     }
     deps.metrics.permitWait(permit.waitedMs / 1000)

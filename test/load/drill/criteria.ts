@@ -3,9 +3,20 @@
 
 export interface Latency { count: number, p50Ms: number, p99Ms: number, maxMs: number }
 
+/**
+ * Shed decisions: count, how many under the limit, and percentiles of their own
+ * time (the lane's admit timing minus its main thread's wait for a CPU, when the
+ * lane reported that wait: runqReported of count), with the wall-clock figures.
+ */
+export interface Decided {
+  count: number, under5: number, p50Ms: number, p99Ms: number, maxMs: number
+  runqReported: number
+  wall: { under5: number, p50Ms: number, p99Ms: number, maxMs: number }
+}
+
 export interface DrillFigures {
   card: { fault: Latency, errors: number }
-  tax: { shed: number, decided: { count: number, under5: number, p50Ms: number, p99Ms: number, maxMs: number }, errors: number, saturatedSeen: boolean }
+  tax: { shed: number, decided: Decided, errors: number, saturatedSeen: boolean }
   storm: { errors: number, maxReachedPerKey: number, allowedPerKey: number }
   /** ms from the fault's end until tax had fewer than 5 active permits; null = never seen. */
   taxRecoveryMs: number | null
@@ -26,11 +37,15 @@ export const SPEC_THRESHOLDS: Readonly<Thresholds> = Object.freeze({ cardP99Ms: 
 
 export interface Criterion { id: string, what: string, limit: string, measured: string, pass: boolean }
 
-// A shed decision is synchronous code that takes microseconds. On a shared host a
-// sample now and then catches a GC pause or a preemption between its two clock
-// reads, so the check is: 99% under the limit, and none near a real wait (a queued
-// request would show a queue budget of 50 ms or more). The report shows the count
-// over the limit and the max, so the strict reading can be made from it too.
+// A shed decision is synchronous code that takes microseconds. Its wall-clock
+// timing also holds any time the lane's process was ready but off the CPU: the
+// P2 tax lane runs at a lower CPU priority (nice 10), and on a busy shared core
+// the scheduler preempts it between the two clock reads now and then (max 41 ms
+// in one run). The lane reports that wait (Server-Timing runq, /proc/self/schedstat)
+// and the check is on the decision's own time: 99% under the limit, and none near
+// a real wait (a queued request would show a queue budget of 50 ms or more), since
+// a GC pause can still land inside it. The wall-clock figures are reported beside
+// it, so the strict reading can be made from the report too.
 const DECIDE_SHARE = 0.99
 const DECIDE_CEILING_MS = 25
 
@@ -48,8 +63,10 @@ export function evaluate (f: DrillFigures, th: Thresholds = SPEC_THRESHOLDS): Cr
     `card ${f.card.errors}, tax ${f.tax.errors}, retrying client ${f.storm.errors}`, f.card.errors + f.tax.errors + f.storm.errors === 0)
   const d = f.tax.decided
   const share = d.count > 0 ? d.under5 / d.count : 0
-  add('shed-decision', 'time to decide a shed tax request (lane Server-Timing)', `< ${th.decideMs} ms (${DECIDE_SHARE * 100}%, none >= ${DECIDE_CEILING_MS} ms)`,
-    `p50 ${ms(d.p50Ms)}, p99 ${ms(d.p99Ms)}, max ${ms(d.maxMs)}; ${d.count - d.under5} of ${d.count} at or over ${th.decideMs} ms`,
+  const cpuWait = d.runqReported === d.count ? 'its wait for a CPU taken out' : `its wait for a CPU taken out for ${d.runqReported} of ${d.count}`
+  add('shed-decision', `time to decide a shed tax request (lane Server-Timing, ${cpuWait})`, `< ${th.decideMs} ms (${DECIDE_SHARE * 100}%, none >= ${DECIDE_CEILING_MS} ms)`,
+    `p50 ${ms(d.p50Ms)}, p99 ${ms(d.p99Ms)}, max ${ms(d.maxMs)}; ${d.count - d.under5} of ${d.count} at or over ${th.decideMs} ms` +
+    ` (wall clock: p99 ${ms(d.wall.p99Ms)}, max ${ms(d.wall.maxMs)}; ${d.count - d.wall.under5} at or over ${th.decideMs} ms)`,
     d.count > 0 && share >= DECIDE_SHARE && d.maxMs < DECIDE_CEILING_MS)
   add('tax-recovery', 'tax active permits < 5 after the fault ends', `< ${th.recoveryMs} ms`,
     f.taxRecoveryMs === null ? 'never seen' : ms(f.taxRecoveryMs), f.taxRecoveryMs !== null && f.taxRecoveryMs < th.recoveryMs)

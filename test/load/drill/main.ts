@@ -67,12 +67,12 @@ const outDir = path.resolve(a.out!)
 const runId = crypto.randomBytes(4).toString('hex')
 
 // ---- the fleet ------------------------------------------------------------
-interface Target { gatewayUrl: string, deckUrl: string, apiKey: string, adminToken: string, databaseUrl: string, stop (): Promise<void>, pinned: string | undefined, own: boolean }
+interface Target { gatewayUrl: string, deckUrl: string, apiKey: string, adminToken: string, databaseUrl: string, stop (): Promise<void>, pinned: string | undefined, pinnedProcesses: number, own: boolean }
 async function fleetUnderTest (): Promise<Target> {
   if (a.gateway) {
     const need = ['API_KEY', 'ADMIN_TOKEN', 'DATABASE_URL'].filter(k => !process.env[k])
     if (!a.deck || need.length) { console.error(`--gateway needs --deck and the env ${need.join(', ') || '(set)'}`); process.exit(2) }
-    return { gatewayUrl: a.gateway, deckUrl: a.deck, apiKey: process.env.API_KEY!, adminToken: process.env.ADMIN_TOKEN!, databaseUrl: process.env.DATABASE_URL!, stop: async () => {}, pinned: undefined, own: false }
+    return { gatewayUrl: a.gateway, deckUrl: a.deck, apiKey: process.env.API_KEY!, adminToken: process.env.ADMIN_TOKEN!, databaseUrl: process.env.DATABASE_URL!, stop: async () => {}, pinned: undefined, pinnedProcesses: 0, own: false }
   }
   const fleet: LocalFleet = await startLocalFleet({
     dataDir: a['data-dir']!, basePort: num('base-port', 1_024, 65_000), cpus: a['fleet-cpus'],
@@ -210,8 +210,13 @@ async function main (): Promise<number> {
     // ---- tax stream ---------------------------------------------------------
     const taxSec = perSec(() => ({ h: newHistogram(), ok: 0, shed: 0, compensated: 0, err: 0 }))
     const taxInfo = new Map<number, { shed: boolean, compensated: string | null, code?: string }>()
-    const decided = newHistogram()
-    let decidedCount = 0; let decidedUnder = 0
+    // A decision's own time: the lane's admit timing minus the part its main thread
+    // spent waiting for a CPU (Server-Timing runq, from /proc/self/schedstat). The
+    // wall-clock timing is kept beside it: the P2 tax lane runs at a lower CPU
+    // priority and is preempted on a busy core, which is the scheduler's doing.
+    const decided = newHistogram(); const decidedWall = newHistogram()
+    let decidedCount = 0; let decidedUnder = 0; let wallUnder = 0; let runqReported = 0
+    const slowest: Array<{ admitMs: number, runqMs: number | null }> = []
     const taxCodes: Record<string, number> = {}
     let taxErrors = 0; let taxShed = 0
     const isShed = (status: number, compensated: string | null, code?: string): boolean => compensated === 'saturated' || (status === 503 && code === 'ERR_TAX_BULKHEAD_SATURATED')
@@ -221,8 +226,18 @@ async function main (): Promise<number> {
       const compensated = (r.headers['x-tax-compensation'] as string | undefined) ?? null
       const shed = isShed(r.statusCode, compensated, json.code)
       if (shed) {
-        const m = /admit;[^,]*dur=([\d.]+)/.exec(String(r.headers['server-timing'] ?? ''))
-        if (m) { const ms = Number(m[1]); decided.recordValue(Math.max(1, Math.round(ms * 1000))); decidedCount++; if (ms < 5) decidedUnder++ }
+        const st = String(r.headers['server-timing'] ?? '')
+        const m = /admit;[^,]*dur=([\d.]+)/.exec(st)
+        if (m) {
+          const wall = Number(m[1])
+          const rq = /runq;[^,]*dur=([\d.]+)/.exec(st)
+          const runq = rq ? Number(rq[1]) : null
+          if (runq !== null) runqReported++
+          const own = wall - Math.min(wall, runq ?? 0)
+          decided.recordValue(Math.max(1, Math.round(own * 1000))); decidedWall.recordValue(Math.max(1, Math.round(wall * 1000)))
+          decidedCount++; if (own < 5) decidedUnder++; if (wall < 5) wallUnder++
+          if (wall >= 5) { slowest.push({ admitMs: wall, runqMs: runq }); slowest.sort((x, y) => y.admitMs - x.admitMs); slowest.length = Math.min(slowest.length, 10) }
+        }
       }
       taxInfo.set(i, { shed, compensated, code: json.code })
       return r.statusCode
@@ -349,10 +364,10 @@ async function main (): Promise<number> {
     }
     const storms = { clients: P.stormClients, sent: stormSec.reduce((x, s) => x + s.sent, 0), blocked: stormSec.reduce((x, s) => x + s.blocked, 0), codes: stormCodes, reachedPerKey, errors: stormErrors }
     const allowedPerKey = 4 * (Math.ceil(F / 10) + 1)
-    const d = q(decided)
+    const d = q(decided); const dw = q(decidedWall)
     const figures: DrillFigures = {
       card: { fault: q(cardH.fault), errors: cardErrors },
-      tax: { shed: taxShed, decided: { count: decidedCount, under5: decidedUnder, p50Ms: d.p50Ms, p99Ms: d.p99Ms, maxMs: d.maxMs }, errors: taxErrors, saturatedSeen },
+      tax: { shed: taxShed, decided: { count: decidedCount, under5: decidedUnder, p50Ms: d.p50Ms, p99Ms: d.p99Ms, maxMs: d.maxMs, runqReported, wall: { under5: wallUnder, p50Ms: dw.p50Ms, p99Ms: dw.p99Ms, maxMs: dw.maxMs } }, errors: taxErrors, saturatedSeen },
       storm: { errors: stormErrors, maxReachedPerKey: Math.max(0, ...reachedPerKey), allowedPerKey },
       taxRecoveryMs,
       ledger: { acknowledged: acknowledged.size, lost, doubled, phantom },
@@ -363,7 +378,7 @@ async function main (): Promise<number> {
 
     const commit = gitCommit()
     const machine = machineLine()
-    const placement = fleet.own ? `fleet (PostgreSQL, gateway, lanes, workers, deck, sandbox) pinned to cpu ${fleet.pinned ?? '(not pinned: no taskset)'}, generator to cpu ${pinned ? a['generator-cpus'] : '(not pinned)'}` : `fleet at ${fleet.gatewayUrl} (not started here)`
+    const placement = fleet.own ? `fleet (${process.env.DATABASE_URL ? '' : 'PostgreSQL, '}gateway, lanes, workers, deck, sandbox${process.env.DATABASE_URL ? '; PostgreSQL at DATABASE_URL, not pinned' : ''}) pinned to cpu ${fleet.pinned !== undefined ? `${fleet.pinned} (${fleet.pinnedProcesses} processes, once up)` : '(not pinned: no taskset)'}, generator to cpu ${pinned ? a['generator-cpus'] : '(not pinned)'}` : `fleet at ${fleet.gatewayUrl} (not started here)`
     const phases = {
       warmupSeconds: P.warmupS, settledMs, baseline: [0, faultFrom], fault: [faultFrom, faultTo], recovery: [faultTo, end],
       faultSetAtS: faultMarks.setAt, faultClearedAtS: faultMarks.clearedAt,
@@ -381,7 +396,7 @@ async function main (): Promise<number> {
       fault: { latencyMs: P.faultLatencyMs, normalLatencyMs: P.normalLatencyMs, seconds: F },
       phases, pass, criteria,
       card: { baseline: q(cardH.baseline), fault: q(cardH.fault), recovery: q(cardH.recovery), answers: { 201: acknowledged.size, ...cardCodes } },
-      tax: { answers: taxCodes, shed: taxShed, decidedMs: { count: decidedCount, over5: decidedCount - decidedUnder, p50: d.p50Ms, p99: d.p99Ms, max: d.maxMs }, recoveryMs: taxRecoveryMs, stateTransitions: transitions.filter(x => x.lane === 'tax') },
+      tax: { answers: taxCodes, shed: taxShed, decidedMs: { count: decidedCount, over5: decidedCount - decidedUnder, p50: d.p50Ms, p99: d.p99Ms, max: d.maxMs, runqReported, wallClock: { over5: decidedCount - wallUnder, p50: dw.p50Ms, p99: dw.p99Ms, max: dw.maxMs, slowest } }, recoveryMs: taxRecoveryMs, stateTransitions: transitions.filter(x => x.lane === 'tax') },
       otherLaneTransitions: transitions.filter(x => x.lane !== 'tax'),
       retryingClient: { ...storms, allowedPerKey },
       ledger: figures.ledger, connections, rss, timeline,
