@@ -22,7 +22,9 @@ t.test('holds 300 req/s for 2 s against a server that takes 20 ms', async t => {
   t.same(r.statuses, { 200: 600 })
   t.ok(Math.abs(r.sentRate - 300) / 300 < 0.05, `sent at ${r.sentRate.toFixed(1)} req/s`)
   const s1 = summary(r.histogram)
-  t.ok(s1.p50Ms >= 20 && s1.p50Ms < 60, `p50 ${s1.p50Ms} ms includes the 20 ms service time`)
+  // The upper bound only rules out a wrong origin (measured from the run's start, the
+  // p50 would be ~1 s); tap runs another test file beside this one, so not tighter.
+  t.ok(s1.p50Ms >= 20 && s1.p50Ms < 250, `p50 ${s1.p50Ms} ms includes the 20 ms service time`)
 })
 
 t.test('a server that cannot keep up shows its queueing delay (no coordinated omission)', async t => {
