@@ -4,7 +4,6 @@
 // SIGINT/SIGTERM the gateway drains first, then the lanes, then PostgreSQL.
 import fs from 'node:fs'
 import path from 'node:path'
-import type pg from 'pg'
 import { Type } from 'typebox'
 import { loadConfig } from '../../shared/config.ts'
 import { bootstrapDatabase, localSecrets } from '../../shared/db/bootstrap.ts'
@@ -12,8 +11,6 @@ import { deckRoleName, jobsRoleName, LANE_NAMES, LANE_QUEUES, envPrefix, laneLim
 import { createKey, hashKey, readKeyFile } from '../../gateway/api-keys.ts'
 import { execFile } from 'node:child_process'
 import { promisify } from 'node:util'
-import { createClient } from '../../shared/db/pool.ts'
-import { backendPriorities, type BackendPriorities } from './backend-priorities.ts'
 import { SupervisedChild, waitHealthy, type ChildSpec } from './child.ts'
 
 const cfg = loadConfig(Type.Object({
@@ -97,23 +94,6 @@ const specs: ChildSpec[] = [
 ]
 const children = specs.map(s => new SupervisedChild({ ...s, script: path.join(root, s.script) }, childLog))
 
-// The database's CPU too, when it runs here: each role's backends at its lane's
-// priority (the queue role serves the P1 and P2 workers: P1's). Only for our own
-// embedded server or one on loopback, and only processes that are postgres here.
-let backends: { priorities: BackendPriorities, client: pg.Client } | undefined
-const dbHost = new URL(db.superUrl).hostname
-if (cfg.CPU_PRIORITIES && (db.embedded || ['127.0.0.1', 'localhost', '::1', '[::1]'].includes(dbHost))) {
-  const client = createClient(db.superUrl, 'watertight-supervisor')
-  client.on('error', err => say(`backend priorities: ${err.message}`))
-  const connected = await client.connect().then(() => true, (err: Error) => { say(`backend priorities off: ${err.message}`); return false })
-  const roleNice: Record<string, number> = Object.fromEntries([
-    ...LANE_NAMES.map(n => [laneLimits(n).db.role, niceOf(laneLimits(n).priority)]),
-    [jobsRoleName(), niceOf('P1')],
-    [deckRoleName(), niceOf('admin')],
-  ])
-  if (connected) backends = { client, priorities: backendPriorities(client, roleNice, { intervalMs: 1_000, log: say }) }
-}
-
 let stopping = false
 async function shutdown (signal: string): Promise<void> {
   if (stopping) return
@@ -122,8 +102,6 @@ async function shutdown (signal: string): Promise<void> {
   const byName = (n: string) => children.filter(c => c.spec.name === n)
   await Promise.all(byName('gateway').map(c => c.stop()))
   await Promise.all(children.filter(c => c.spec.name !== 'gateway').map(c => c.stop()))
-  backends?.priorities.stop()
-  await backends?.client.end().catch(() => {})
   await db.embedded?.stop()
   say('stopped')
   process.exit(0)
@@ -140,8 +118,6 @@ try {
   say(cert.stdout.trim().split('\n')[0] ?? '')
   for (const c of rest) c.start()
   await Promise.all(rest.map(c => waitHealthy(c.spec.healthUrl, 60_000)))
-  // The lanes opened their pools at boot: their backends get their priority before the fleet is up.
-  await backends?.priorities.sweep()
 } catch (err) {
   say(`fleet did not come up: ${(err as Error).message}`)
   await shutdown('startup failure')

@@ -40,13 +40,6 @@ t.test('the fleet comes up with credentials, survives a killed lane, and stops c
     const group = Object.fromEntries(Object.entries(pids).map(([n, pid]) => [n, Number(/nice (-?\d+)/.exec(fs.readFileSync(`/proc/${pid}/autogroup`, 'utf8'))?.[1])]))
     t.same(group, nice, 'and each child\'s autogroup has the same nice')
   }
-  // PostgreSQL runs on this host (the test's server, on loopback): each role's
-  // backends are at its lane's priority too, set before the fleet is up.
-  const backends = (await db.pool.query<{ pid: number, role: string }>('select pid, usename as role from pg_stat_activity where usename like $1', [`${db.prefix}%`])).rows
-  const byRole: Record<string, number[]> = {}
-  for (const b of backends) { try { (byRole[b.role.slice(db.prefix.length)] ??= []).push(os.getPriority(b.pid)) } catch { /* closed meanwhile */ } }
-  t.same(Object.fromEntries(Object.entries(byRole).map(([r, n]) => [r, [...new Set(n)]])), { card_auth_ds: [0], fraud_ds: [5], tax_ds: [10], jobs_ds: [5], ...(byRole.deck_ds ? { deck_ds: [5] } : {}) },
-    `PostgreSQL backends by role at their lane's priority (${backends.length} backends)`)
   t.ok(lines.some(l => l.includes('curl -s -X POST')), 'prints an example curl')
 
   const credsFile = path.join(dataDir, 'credentials.json')
