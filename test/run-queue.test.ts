@@ -5,10 +5,11 @@ import { spawn, spawnSync } from 'node:child_process'
 import os from 'node:os'
 import t from 'tap'
 import { runQueueWaitMs } from '../shared/run-queue.ts'
+import { hasTaskset, pinSelf } from './load/local-fleet.ts'
 
 const spin = (ms: number): void => { const end = performance.now() + ms; while (performance.now() < end) { /* busy */ } }
 
-t.test('the run-queue wait grows while another process holds the CPU', { skip: spawnSync('taskset', ['-V']).status !== 0 && 'no taskset' }, async t => {
+t.test('the run-queue wait grows while another process holds the CPU', { skip: !hasTaskset() && 'no taskset' }, async t => {
   const first = runQueueWaitMs()
   t.type(first, 'number', 'readable on Linux')
   t.ok(runQueueWaitMs()! >= first!, 'never goes back')
@@ -16,9 +17,9 @@ t.test('the run-queue wait grows while another process holds the CPU', { skip: s
   // This process and a busy child share one CPU: for 300 ms of wall clock this
   // thread gets only part of it, and waits in the run queue for the rest.
   const cpu = String(Math.max(0, os.availableParallelism() - 1))
-  const before = spawnSync('taskset', ['-p', String(process.pid)], { encoding: 'utf8' }).stdout.trim().split(' ').at(-1)!
-  t.equal(spawnSync('taskset', ['-p', '-c', cpu, String(process.pid)]).status, 0, `pinned to cpu ${cpu} (mask was ${before})`)
-  t.teardown(() => { spawnSync('taskset', ['-p', before, String(process.pid)]) })
+  const before = spawnSync('taskset', ['-cp', String(process.pid)], { encoding: 'utf8' }).stdout.trim().split(' ').at(-1)!
+  t.equal(pinSelf(cpu), true, `pinned to cpu ${cpu} (was ${before})`)
+  t.teardown(() => { pinSelf(before) })
   const hog = spawn('taskset', ['-c', cpu, process.execPath, '-e', 'for(;;){}'], { stdio: 'ignore' })
   t.teardown(() => { hog.kill('SIGKILL') })
   await new Promise(resolve => setTimeout(resolve, 100))

@@ -63,8 +63,11 @@ export async function startLocalFleet (opts: { dataDir: string, basePort: number
 
 /** Pin this process to the given CPUs (when taskset exists). */
 export function pinSelf (cpus: string): boolean {
-  return hasTaskset() && spawnSync('taskset', ['-a', '-cp', cpus, String(process.pid)]).status === 0
+  return hasTaskset() && pin(process.pid, cpus).status === 0
 }
+
+/** Every thread of one process to `cpus`. */
+const pin = (pid: number, cpus: string) => spawnSync('taskset', ['-a', '-cp', cpus, String(pid)])
 
 /** The pids of every process below `root` (from /proc/<pid>/stat's ppid). */
 export function descendants (root: number): number[] {
@@ -74,7 +77,8 @@ export function descendants (root: number): number[] {
     let stat: string
     try { stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8') } catch { continue } // gone meanwhile
     const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1])
-    children.set(ppid, [...(children.get(ppid) ?? []), Number(d)])
+    const siblings = children.get(ppid)
+    if (siblings) siblings.push(Number(d)); else children.set(ppid, [Number(d)])
   }
   const out: number[] = []
   const walk = (p: number): void => { for (const c of children.get(p) ?? []) { out.push(c); walk(c) } }
@@ -93,7 +97,7 @@ export function pinTree (root: number, cpus: string): number {
     pids = [root, ...descendants(root)]
     for (const pid of pids) {
       // A process that exited meanwhile is not an error.
-      const r = spawnSync('taskset', ['-a', '-cp', cpus, String(pid)])
+      const r = pin(pid, cpus)
       if (r.status !== 0 && fs.existsSync(`/proc/${pid}`)) throw new Error(`taskset ${cpus} ${pid}: ${String(r.stderr)}`)
     }
   }
