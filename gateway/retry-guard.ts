@@ -12,6 +12,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import rateLimit from '@fastify/rate-limit'
 import { AppError } from '../shared/errors.ts'
+import { rateLimitFields } from '../shared/rate-limit-fields.ts'
 
 export interface RetryGuardConfig {
   /** Attempts of one (client, key) allowed per window: 4 = the first try and 3 retries. */
@@ -53,11 +54,8 @@ export async function retryGuard (app: FastifyInstance, cfg: RetryGuardConfig, o
   const block = (reason: BlockReason, detail: string, policy: string, q: number, w: number, ttl: number, code: 'ERR_RETRY_STORM_BLOCKED' | 'ERR_CLIENT_RATE_LIMITED'): never => {
     onBlock(reason)
     const retryAfter = code === 'ERR_RETRY_STORM_BLOCKED' ? Math.max(5, ttl) : Math.max(1, ttl)
-    throw new AppError(code, {
-      detail,
-      headers: { 'retry-after': String(retryAfter), 'ratelimit-policy': `"${policy}";q=${q};w=${w}`, ratelimit: `"${policy}";r=0;t=${ttl}` },
-      extensions: { 'violated-policies': [policy], reason },
-    })
+    const fields = rateLimitFields({ name: policy, quota: q, windowSeconds: w, resetSeconds: ttl })
+    throw new AppError(code, { detail, headers: { 'retry-after': String(retryAfter), ...fields.headers }, extensions: { ...fields.extensions, reason } })
   }
 
   return async function guard (req: FastifyRequest): Promise<void> {

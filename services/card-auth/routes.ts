@@ -10,12 +10,12 @@ import type { LaneKit } from '../../shared/lane-kit/build-lane-app.ts'
 import { storedResponseRoute } from '../../shared/lane-kit/stored-response.ts'
 import { clientIdOf, fingerprint, idempotencyKeyOf, replay } from '../../shared/lane-kit/request-context.ts'
 import type { LaneRejectReason } from '../../shared/metrics.ts'
+import { rateLimitFields } from '../../shared/rate-limit-fields.ts'
 
 function saturated (reason: LaneRejectReason): never {
   throw new AppError('ERR_CARD_AUTH_SATURATED', {
     detail: reason === 'queue_timeout' ? 'waited past the queue budget for a permit' : 'all permits busy and the queue is full',
-    headers: { 'ratelimit-policy': '"card-auth";q=1;w=1', ratelimit: '"card-auth";r=0;t=1' },
-    extensions: { 'violated-policies': ['card-auth'] },
+    ...rateLimitFields({ name: 'card-auth', quota: 1, windowSeconds: 1, resetSeconds: 1 }),
   })
 }
 

@@ -7,6 +7,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify'
 import type { Pool } from 'undici'
 import { TaxQuoteRequest } from '../../shared/api-schemas.ts'
 import { AppError } from '../../shared/errors.ts'
+import { rateLimitFields } from '../../shared/rate-limit-fields.ts'
 import type { LaneKit } from '../../shared/lane-kit/build-lane-app.ts'
 import type { Execution } from '../../shared/lane-kit/execution.ts'
 import type { LaneResult } from '../../shared/lane-kit/admission.ts'
@@ -29,11 +30,8 @@ export function taxRoutes (opts: TaxRouteOptions) {
       if (!c.ok) {
         if (c.why === 'not_certified') throw new AppError('ERR_UNTESTED_COMPENSATION_REJECTED', { detail: c.detail, headers: RETRY })
         if (why === 'saturated') {
-          throw new AppError('ERR_TAX_BULKHEAD_SATURATED', {
-            detail: `all tax permits are busy and ${c.detail}`,
-            headers: { ...RETRY, 'ratelimit-policy': `"tax";q=${kit.limits.permits};w=1`, ratelimit: '"tax";r=0;t=5' },
-            extensions: { 'violated-policies': ['tax'] },
-          })
+          const fields = rateLimitFields({ name: 'tax', quota: kit.limits.permits, windowSeconds: 1, resetSeconds: 5 })
+          throw new AppError('ERR_TAX_BULKHEAD_SATURATED', { detail: `all tax permits are busy and ${c.detail}`, headers: { ...RETRY, ...fields.headers }, extensions: fields.extensions })
         }
         throw new AppError('ERR_TAX_PROVIDER_FAILED', { detail: `${why === 'provider_deadline' ? 'provider missed the quote deadline' : 'provider failed'} and ${c.detail}`, headers: RETRY })
       }
