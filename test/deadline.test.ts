@@ -7,7 +7,9 @@ import { testDatabase } from './helpers/db.ts'
 import { startFleet } from './helpers/fleet.ts'
 import { call, eventually } from './helpers/http.ts'
 
-const env = { TAX_DEADLINE_MS: '500', TAX_QUOTE_DEADLINE_MS: '5000', CARD_AUTH_DEADLINE_MS: '500' }
+const DEFAULT_DEADLINE_MS = 10_000
+const DEADLINE_MS = 500
+const env = { TAX_DEADLINE_MS: String(DEADLINE_MS), TAX_QUOTE_DEADLINE_MS: '5000', CARD_AUTH_DEADLINE_MS: String(DEADLINE_MS) }
 const db = await testDatabase(t, env)
 await db.query("insert into card_auth.card_accounts (token, currency, available) values ('tok_deadline', 'EUR', 10000)")
 const fleet = await startFleet(t, db, { lanes: ['tax', 'card-auth'], env })
@@ -18,7 +20,9 @@ t.test('an execution hung on the provider is cut at the deadline and its permit 
   for (const r of rs) {
     t.equal(r.status, 504)
     t.equal(r.body.code, 'ERR_DEADLINE_EXCEEDED')
-    t.ok(r.ms >= 450 && r.ms < 2_000, `cut near the 500 ms deadline (${r.ms.toFixed(0)} ms)`)
+    // The provider hangs forever and the lane's default hard cap is 10 s: an answer
+    // after at least the configured 500 ms, and long before 10 s, is the 500 ms cut.
+    t.ok(r.ms >= 0.9 * DEADLINE_MS && r.ms < DEFAULT_DEADLINE_MS / 2, `cut at the configured deadline (${r.ms.toFixed(0)} ms)`)
   }
   const s = (await call(fleet.lanes.tax!.url + '/status')).body
   t.equal(s.active, 0, 'permits back')

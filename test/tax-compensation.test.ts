@@ -15,7 +15,7 @@ import { certify } from '../services/tax/compensation/certify.ts'
 import { DEFAULT_TABLE_FILE, readTable, tableChecksum } from '../services/tax/compensation/table.ts'
 import { testDatabase } from './helpers/db.ts'
 import { startFleet } from './helpers/fleet.ts'
-import { call, eventually } from './helpers/http.ts'
+import { admitReason, call, eventually } from './helpers/http.ts'
 import { ROOT } from './helpers/procs.ts'
 import { startWorker } from './helpers/queue.ts'
 
@@ -53,21 +53,16 @@ t.test('provider error, provider deadline and saturation are answered from the c
   t.match(e.body, { source: 'compensation', tableVersion: base.version, rate: 0.1905, tax: { value: 1905 } })
   t.equal(e.headers['x-tax-compensation'], 'provider_error')
 
-  await fleet.setFaults({ latencyMs: 2_000 })
+  // The provider would take 60 s; the 400 ms quote deadline cuts it.
+  await fleet.setFaults({ latencyMs: 60_000 })
   const slow = quote('FR')
-  await new Promise(r => setTimeout(r, 50))
+  await eventually(async () => (await call(taxUrl + '/status')).body.active === 1, 5_000, 10)
   const shed = await quote('IT')
   const d = await slow
   t.equal(d.body.source, 'compensation')
   t.equal(d.headers['x-tax-compensation'], 'provider_deadline', 'the 400 ms quote deadline cut the slow provider')
-  t.ok(d.ms < 1_500, `answered at the deadline, not after the provider (${d.ms.toFixed(0)} ms)`)
   t.equal(shed.headers['x-tax-compensation'], 'saturated', 'the second request found the one permit busy')
-  const admit = Number(/admit;[^,]*dur=([\d.]+)/.exec(shed.headers['server-timing'] ?? '')?.[1])
-  t.ok(admit < 5, `the lane decided to shed in ${admit} ms (< 5 ms)`)
-  // With every permit taken at arrival the lane also says how much of that time it
-  // waited for a CPU (/proc/self/schedstat), part of the admit time.
-  const runq = Number(/runq;desc="waiting for a CPU during admit";dur=([\d.]+)/.exec(shed.headers['server-timing'] ?? '')?.[1])
-  t.ok(runq >= 0 && runq <= admit + 0.05, `of it, ${runq} ms waiting for a CPU`)
+  t.equal(admitReason(shed), 'fail_fast', 'and was shed by the decision taken on arrival (tax has no queue)')
 
   const missing = await quote('US-NV')
   t.equal(missing.status, 503, 'a jurisdiction with no table rate is never given a made-up rate')
@@ -95,8 +90,11 @@ t.test('saturated with no certified rate: ERR_TAX_BULKHEAD_SATURATED with Retry-
 
 t.test('reconciliation records the true rate once the provider answers', async t => {
   await startWorker(t, db, ['tax-reconcile'], { TAX_DATABASE_URL: db.laneUrl('tax', env), TAX_PROVIDER_URL: fleet.sandbox.url, ...env })
-  const done = await eventually(async () => (await db.query("select 1 from tax.quotes where reconciled_at is null")).length === 0, 15_000, 100)
-  t.ok(done, 'every compensated quote reconciled')
+  // A job records the rate on its quote, then leaves jobs_hot for the archive in a
+  // second statement: wait for both, or the count below races the last archive.
+  const done = await eventually(async () => (await db.query("select 1 from tax.quotes where reconciled_at is null")).length === 0 &&
+    (await db.query("select 1 from jobs.jobs_hot where queue = 'tax-reconcile'")).length === 0, 15_000, 100)
+  t.ok(done, 'every compensated quote reconciled, and its job finished')
   const [de] = await db.query<{ rate: string, tax: string, reconciled_rate: string, reconciled_tax: string }>("select rate, tax, reconciled_rate, reconciled_tax from tax.quotes where jurisdiction = 'DE'")
   t.same(de, { rate: '0.190500', tax: '1905', reconciled_rate: '0.190000', reconciled_tax: '1900' }, 'the provider rate and the 5-cent difference are on the quote')
   const [{ n, quotes }] = await db.query<{ n: number, quotes: number }>("select (select count(*)::int from jobs.jobs_archive where queue = 'tax-reconcile') as n, (select count(*)::int from tax.quotes where source = 'compensation') as quotes") as [{ n: number, quotes: number }]

@@ -45,16 +45,55 @@ export function poolCounts (pool: pg.Pool): PoolCounts {
 }
 
 /** Fails start-up when the pool does not connect as the role the lane table names (ADV-FD-01 at runtime). */
-export async function assertRole (pool: pg.Pool, role: string): Promise<void> {
-  const { rows } = await pool.query<{ current_user: string }>('select current_user')
+export async function assertRole (pool: pg.Pool, role: string, budgetMs = START_BUDGET_MS): Promise<void> {
+  const { rows } = await retrying(() => pool.query<{ current_user: string }>('select current_user'), budgetMs)
   const got = rows[0]?.current_user
   if (got !== role) throw new Error(`ERR_SHARED_FAILURE_DOMAIN_DETECTED: pool connects as ${String(got)}, expected ${role}`)
 }
 
-/** Open every connection of the pool now (at boot), so the first burst finds them ready. */
-export async function warmPool (pool: pg.Pool, n: number): Promise<void> {
-  const clients = await Promise.all(Array.from({ length: n }, () => pool.connect()))
-  for (const c of clients) c.release()
+// How long start-up keeps trying to reach the database before it gives up.
+const START_BUDGET_MS = 60_000
+// Connections opened at once while warming. Each is a SCRAM login, a few ms of
+// server CPU: 40 at once on a busy 2-core host took longer than a 500 ms connect
+// timeout and killed the lane at start (CI, issue 14); 4 at a time never did.
+const WARM_CONCURRENCY = 4
+
+/**
+ * Open up to `n` connections of the pool now (at boot), `WARM_CONCURRENCY` at a
+ * time, retrying each failed connect with backoff, so the first burst finds
+ * them ready. Warming is best effort: a connection it could not open in
+ * `budgetMs` is opened on demand later. Returns how many were opened.
+ */
+export async function warmPool (pool: pg.Pool, n: number, budgetMs = START_BUDGET_MS): Promise<number> {
+  const held: pg.PoolClient[] = []
+  const until = Date.now() + budgetMs
+  let claimed = 0 // connects started or done: never more than n, so none waits for a free client
+  const worker = async (): Promise<void> => {
+    while (claimed < n && Date.now() < until) {
+      claimed++
+      try {
+        held.push(await retrying(() => pool.connect(), until - Date.now()))
+      } catch { claimed--; return }
+    }
+  }
+  await Promise.all(Array.from({ length: Math.min(WARM_CONCURRENCY, n) }, worker))
+  const opened = held.length
+  for (const c of held) c.release()
+  return opened
+}
+
+/** fn, retried with capped exponential backoff and jitter until it succeeds or `budgetMs` has passed. */
+export async function retrying<T> (fn: () => Promise<T>, budgetMs: number): Promise<T> {
+  const until = Date.now() + budgetMs
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await fn()
+    } catch (err) {
+      const wait = Math.min(2_000, 50 * 2 ** attempt) * (0.5 + Math.random() / 2)
+      if (Date.now() + wait >= until) throw err
+      await new Promise(resolve => setTimeout(resolve, wait))
+    }
+  }
 }
 
 /**

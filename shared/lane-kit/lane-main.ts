@@ -22,7 +22,8 @@ export async function runLane (lane: LaneName, build: Build): Promise<void> {
     const built = await build({ limits, databaseUrl: env.DATABASE_URL, logger: loggerOptions() })
     app = built.app
     await assertRole(built.kit.pool, limits.db.role)
-    await warmPool(built.kit.pool, limits.db.poolMax)
+    const warmed = await warmPool(built.kit.pool, limits.db.poolMax)
+    if (warmed < limits.db.poolMax) app.log.warn({ warmed, poolMax: limits.db.poolMax }, 'pool warm-up opened fewer connections than its max; the rest open on demand')
     await app.listen({ port: limits.port, host: limits.host })
   } catch (err) {
     console.error(JSON.stringify({ level: 'fatal', lane, code: (err as { code?: string }).code, msg: (err as Error).message }))

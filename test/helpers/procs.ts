@@ -15,6 +15,11 @@ export const ROOT = path.resolve(import.meta.dirname, '../..')
 // process's own collection was set up at start and is not affected.
 delete process.env.NODE_V8_COVERAGE
 
+// Children still running when this test process exits (a crash at top level
+// skips the teardowns): killed at once, not waited for.
+const live = new Set<ChildProcess>()
+process.once('exit', () => { for (const p of live) p.kill('SIGKILL') })
+
 export interface Proc {
   name: string
   url: string
@@ -30,9 +35,28 @@ export async function startProcess (t: Test, name: string, script: string, env: 
   const proc = spawn(process.execPath, [...node, ...(opts.args ?? [])], {
     cwd: ROOT,
     env: { ...process.env, LOG_LEVEL: 'info', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    // The IPC channel is how every fleet process learns its parent is gone
+    // (it drains and exits on 'disconnect'), so a test file that crashes or is
+    // killed leaves nothing running.
+    stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
   })
+  live.add(proc)
+  proc.once('exit', () => live.delete(proc))
   const log: string[] = []
+  const kill = async (signal: NodeJS.Signals = 'SIGTERM'): Promise<void> => {
+    if (proc.exitCode !== null || proc.signalCode !== null) return
+    await new Promise<void>(resolve => {
+      proc.once('exit', () => resolve())
+      proc.kill(signal)
+      setTimeout(() => proc.kill('SIGKILL'), 10_000).unref()
+    })
+  }
+  // Registered before the process is even up: a start that fails (or a sibling
+  // start that fails first) must not leave this one running after the test.
+  t.teardown(async () => {
+    if (!t.passing()) t.comment(`--- ${name} log (last 40 lines) ---\n${log.slice(-40).join('\n')}`)
+    await kill()
+  })
   const url = await new Promise<string>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`${name} did not listen in time:\n${log.join('\n')}`)), opts.timeoutMs ?? 30_000)
     const onLine = (line: string): void => {
@@ -44,18 +68,6 @@ export async function startProcess (t: Test, name: string, script: string, env: 
     readline.createInterface({ input: proc.stdout! }).on('line', onLine)
     readline.createInterface({ input: proc.stderr! }).on('line', onLine)
     proc.once('exit', code => { clearTimeout(timer); reject(new Error(`${name} exited with ${code}:\n${log.join('\n')}`)) })
-  })
-  const kill = async (signal: NodeJS.Signals = 'SIGTERM'): Promise<void> => {
-    if (proc.exitCode !== null || proc.signalCode !== null) return
-    await new Promise<void>(resolve => {
-      proc.once('exit', () => resolve())
-      proc.kill(signal)
-      setTimeout(() => proc.kill('SIGKILL'), 10_000).unref()
-    })
-  }
-  t.teardown(async () => {
-    if (!t.passing()) t.comment(`--- ${name} log (last 40 lines) ---\n${log.slice(-40).join('\n')}`)
-    await kill()
   })
   return { name, url, proc, log, kill }
 }

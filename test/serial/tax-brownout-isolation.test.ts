@@ -16,7 +16,8 @@ import { freePort, laneEnv, ROOT, startProcess } from '../helpers/procs.ts'
 
 const db = await testDatabase(t)
 await db.query("insert into card_auth.card_accounts (token, currency, available) values ('tok_iso_card', 'EUR', 1000000000)")
-const env = { ...db.env, TAX_DEADLINE_MS: '4000', TAX_QUOTE_DEADLINE_MS: '10000' }
+const TAX_DEADLINE_MS = 4_000 // how long a hung tax execution holds its permit
+const env = { ...db.env, TAX_DEADLINE_MS: String(TAX_DEADLINE_MS), TAX_QUOTE_DEADLINE_MS: '10000' }
 const sandbox = await startProcess(t, 'tax-sandbox', 'services/tax-sandbox/main.ts', { TAX_SANDBOX_PORT: '0' })
 const setFaults = (f: Record<string, unknown>) => call(sandbox.url + '/faults', { method: 'PUT', json: f })
 const card = await startProcess(t, 'card-auth', 'services/card-auth/main.ts', laneEnv('card-auth', env, db.laneUrl('card-auth')))
@@ -78,8 +79,10 @@ t.test('a hung tax provider and a tax flood leave card authorizations fast and w
   t.ok(cards.every(r => r.status === 201), `every card authorization succeeded (${cards.filter(r => r.status !== 201).length} did not)`)
   const p50 = percentile(lat, 50); const p99 = percentile(lat, 99)
   t.comment(`card-auth through the gateway: baseline p50 ${percentile(base, 50).toFixed(1)} ms p99 ${percentile(base, 99).toFixed(1)} ms; during tax flood p50 ${p50.toFixed(1)} ms p99 ${p99.toFixed(1)} ms max ${Math.max(...lat).toFixed(1)} ms (n=${lat.length})`)
-  // Generous bound for a shared 2-core machine; the drill measures the SLA itself.
-  t.ok(p99 < 1_000, `card-auth p99 ${p99.toFixed(1)} ms stays far below the tax hang`)
+  // An order of magnitude, not the SLA (npm run drill measures that): had card-auth
+  // shared anything with the hung tax work, its requests would wait for the tax
+  // deadline; they stay a fraction of it.
+  t.ok(p99 < TAX_DEADLINE_MS / 4, `card-auth p99 ${p99.toFixed(1)} ms stays far below the ${TAX_DEADLINE_MS} ms a tax execution is held`)
 
   const shed = taxes.filter(r => r.body?.code === 'ERR_TAX_BULKHEAD_SATURATED')
   const cut = taxes.filter(r => r.status === 504)
