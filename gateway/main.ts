@@ -1,5 +1,6 @@
 import { Type } from 'typebox'
 import { loadConfig } from '../shared/config.ts'
+import { onShutdown } from '../shared/lifecycle.ts'
 import { loggerOptions } from '../shared/http-app.ts'
 import { LANE_NAMES, laneLimits, type LaneLimits, type LaneName } from '../shared/lanes.ts'
 import { buildApp } from './app.ts'
@@ -34,17 +35,7 @@ const { app } = await buildApp({
     budgetFloor: cfg.RETRY_BUDGET_FLOOR, clientRateMax: cfg.CLIENT_RATE_MAX, clientRateWindowMs: cfg.CLIENT_RATE_WINDOW_MS,
   },
   maxEventLoopDelayMs: cfg.GATEWAY_PRESSURE_MAX_EVENT_LOOP_DELAY_MS,
-  logger: loggerOptions(),
+  logger: loggerOptions('gateway'),
 })
 await app.listen({ port: cfg.GATEWAY_PORT, host: cfg.GATEWAY_HOST })
-let closing = false
-const stop = (): void => {
-  if (closing) return
-  closing = true
-  setTimeout(() => process.exit(1), 15_000).unref()
-  keys.close()
-  app.close().then(() => process.exit(0), () => process.exit(1))
-}
-process.on('SIGTERM', stop)
-process.on('SIGINT', stop)
-if (process.send) process.on('disconnect', () => process.kill(process.pid, 'SIGTERM'))
+onShutdown(app.log, async () => { keys.close(); await app.close() })

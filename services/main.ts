@@ -3,6 +3,10 @@
 // service. Modules load with the running file's extension: .ts under tsx, .js
 // once compiled.
 import path from 'node:path'
+import { watchParent } from '../shared/lifecycle.ts'
+
+// Before anything else: a process whose supervisor is gone must not go on starting.
+watchParent()
 
 const here = import.meta.dirname
 const ext = path.extname(import.meta.filename)
@@ -14,8 +18,9 @@ export const PROCESSES: Readonly<Record<string, string>> = Object.freeze({
   worker: './worker/main',
   deck: './deck/main',
   'tax-sandbox': './tax-sandbox/main',
-  // One-shot jobs: migrations and roles, tax certification, API keys.
+  // One-shot jobs: migrations and roles, tax certification, API keys, card accounts.
   migrate: '../shared/db/migrate-cli',
+  'seed-cards': './card-auth/seed-cli',
   'tax-certify': './tax/compensation/certify-cli',
   keys: '../gateway/keys-cli',
   healthcheck: './healthcheck',

@@ -2,6 +2,7 @@
 // start polling the fleet, listen on loopback, drain on SIGTERM/SIGINT.
 import { Type } from 'typebox'
 import { loadConfig } from '../../shared/config.ts'
+import { onShutdown } from '../../shared/lifecycle.ts'
 import { loggerOptions } from '../../shared/http-app.ts'
 import { DECK_ROLE, LANE_NAMES, deckRoleName, envPrefix, laneLimits, laneUrl } from '../../shared/lanes.ts'
 import { assertRole, createRolePool } from '../../shared/db/pool.ts'
@@ -42,7 +43,7 @@ const targets: Target[] = [
 
 const pool = createRolePool(cfg.DATABASE_URL, { max: DECK_ROLE.poolMax, applicationName: 'watertight-deck' })
 const collector = new Collector({ targets, pollMs: cfg.DECK_POLL_MS, timeoutMs: cfg.DECK_TARGET_TIMEOUT_MS, historySeconds: cfg.DECK_HISTORY_SECONDS })
-const app = buildDeckApp({ adminToken: cfg.ADMIN_TOKEN, pool, collector, sandboxUrl: cfg.TAX_SANDBOX_URL, logger: loggerOptions() })
+const app = buildDeckApp({ adminToken: cfg.ADMIN_TOKEN, pool, collector, sandboxUrl: cfg.TAX_SANDBOX_URL, logger: loggerOptions('deck') })
 app.addHook('onClose', async () => { await collector.stop(); await pool.end() })
 try {
   await assertRole(pool, deckRoleName())
@@ -53,14 +54,4 @@ try {
   await app.close().catch(() => {})
   process.exit(1)
 }
-let closing = false
-const stop = (): void => {
-  if (closing) return
-  closing = true
-  const force = setTimeout(() => process.exit(1), 10_000)
-  force.unref()
-  app.close().then(() => process.exit(0), () => process.exit(1))
-}
-process.on('SIGTERM', stop)
-process.on('SIGINT', stop)
-if (process.send) process.on('disconnect', stop)
+onShutdown(app.log, () => app.close())

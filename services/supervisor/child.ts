@@ -1,17 +1,25 @@
-// One supervised child process: spawned as its own OS process, restarted with
-// exponential backoff when it dies, stopped with SIGTERM (then SIGKILL).
+// One supervised child process: spawned as its own OS process from the compiled
+// fleet, restarted with exponential backoff when it dies, stopped with SIGTERM
+// and, if it is still there SUPERVISOR_KILL_AFTER_MS later, SIGKILL.
+// Children write their logs straight to the supervisor's terminal (inherited
+// stdout/stderr), not through a pipe the supervisor reads: nothing to relay per
+// line, and a child whose supervisor was killed can still log its way out
+// instead of blocking on a pipe nobody drains.
 import { spawn, type ChildProcess } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
-import readline from 'node:readline'
+import { SUPERVISOR_KILL_AFTER_MS } from '../../shared/lifecycle.ts'
 
 export interface ChildSpec {
   name: string
-  script: string
+  /** Arguments to node: the compiled entry and the process to run (services/main.ts). */
+  argv: string[]
   env: Record<string, string>
   healthUrl: string
   /** CPU scheduling niceness (0 = normal, 19 = lowest): the lane's priority, when the fleet shares cores. */
   nice?: number
+  /** Discard the child's stdout (its logs); errors on stderr still show. */
+  quiet?: boolean
 }
 
 export class SupervisedChild {
@@ -21,59 +29,72 @@ export class SupervisedChild {
   #restarts = 0
   #startedAt = 0
   #timer: NodeJS.Timeout | undefined
-  readonly #log: (name: string, line: string) => void
+  readonly #log: (line: string) => void
 
-  constructor (spec: ChildSpec, log: (name: string, line: string) => void) {
+  constructor (spec: ChildSpec, log: (line: string) => void) {
     this.spec = spec
     this.#log = log
   }
 
   get pid (): number | undefined { return this.#proc?.pid }
   get restarts (): number { return this.#restarts }
+  get running (): boolean { const p = this.#proc; return p !== undefined && p.exitCode === null && p.signalCode === null }
 
   start (): void {
     this.#startedAt = Date.now()
-    const p = spawn(process.execPath, ['--import', 'tsx', this.spec.script], {
+    const p = spawn(process.execPath, this.spec.argv, {
       env: { ...process.env, ...this.spec.env },
       // Own process group: a terminal Ctrl-C reaches only the supervisor, which
       // stops the fleet in order. The IPC channel tells the child when we die.
       detached: true,
-      stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
+      stdio: ['ignore', this.spec.quiet ? 'ignore' : 'inherit', 'inherit', 'ipc'],
     })
     this.#proc = p
-    if (this.spec.nice && p.pid !== undefined) {
-      try { os.setPriority(p.pid, this.spec.nice) } catch (err) { this.#log('supervisor', `${this.spec.name}: could not set CPU priority ${this.spec.nice}: ${(err as Error).message}`) }
-      // With Linux's scheduler autogroups (on by default on many hosts) nice only ranks
-      // tasks inside one session, and every child is its own session (detached): its
-      // group's nice is what the scheduler weighs against the other processes.
-      const autogroup = `/proc/${p.pid}/autogroup`
-      if (fs.existsSync(autogroup)) {
-        try { fs.writeFileSync(autogroup, String(this.spec.nice)) } catch (err) { this.#log('supervisor', `${this.spec.name}: could not set its autogroup's CPU priority: ${(err as Error).message}`) }
-      }
-    }
-    readline.createInterface({ input: p.stdout! }).on('line', l => this.#log(this.spec.name, l))
-    readline.createInterface({ input: p.stderr! }).on('line', l => this.#log(this.spec.name, l))
+    p.on('error', err => this.#log(`${this.spec.name}: could not start: ${err.message}`))
+    if (this.spec.nice && p.pid !== undefined) this.#setPriority(p.pid, this.spec.nice)
     p.on('exit', (code, signal) => {
       if (this.#stopping) return
       // A child that ran for a while starts its backoff afresh.
       if (Date.now() - this.#startedAt > 30_000) this.#restarts = 0
       const delay = Math.min(10_000, 250 * 2 ** this.#restarts)
       this.#restarts++
-      this.#log('supervisor', `${this.spec.name} exited (${signal ?? code}); restart #${this.#restarts} in ${delay} ms`)
+      this.#log(`${this.spec.name} exited (${signal ?? code}); restart #${this.#restarts} in ${delay} ms`)
       this.#timer = setTimeout(() => this.start(), delay)
     })
   }
 
-  async stop (graceMs = 12_000): Promise<void> {
+  #setPriority (pid: number, nice: number): void {
+    try { os.setPriority(pid, nice) } catch (err) { this.#log(`${this.spec.name}: could not set CPU priority ${nice}: ${(err as Error).message}`) }
+    // With Linux's scheduler autogroups (on by default on many hosts) nice only ranks
+    // tasks inside one session, and every child is its own session (detached): its
+    // group's nice is what the scheduler weighs against the other processes.
+    const autogroup = `/proc/${pid}/autogroup`
+    if (fs.existsSync(autogroup)) {
+      try { fs.writeFileSync(autogroup, String(nice)) } catch (err) { this.#log(`${this.spec.name}: could not set its autogroup's CPU priority: ${(err as Error).message}`) }
+    }
+  }
+
+  /** SIGTERM, then SIGKILL if it is still there after `killAfterMs`; resolves once it has exited. */
+  async stop (killAfterMs = SUPERVISOR_KILL_AFTER_MS): Promise<void> {
     this.#stopping = true
     if (this.#timer) clearTimeout(this.#timer)
     const p = this.#proc
-    if (!p || p.exitCode !== null || p.signalCode !== null) return
+    if (!p || !this.running) return
     await new Promise<void>(resolve => {
-      const kill = setTimeout(() => p.kill('SIGKILL'), graceMs)
+      const kill = setTimeout(() => {
+        this.#log(`${this.spec.name} still running ${killAfterMs} ms after SIGTERM: SIGKILL`)
+        p.kill('SIGKILL')
+      }, killAfterMs)
       p.once('exit', () => { clearTimeout(kill); resolve() })
       p.kill('SIGTERM')
     })
+  }
+
+  /** For the supervisor's last moment (it is exiting now): SIGKILL, no waiting. */
+  killNow (): void {
+    this.#stopping = true
+    if (this.#timer) clearTimeout(this.#timer)
+    if (this.running) this.#proc!.kill('SIGKILL')
   }
 }
 

@@ -1,17 +1,22 @@
-// `npm start`: the whole fleet on one machine. Embedded PostgreSQL (unless
-// DATABASE_URL), migrations and lane roles, demo data and a local API key, then
-// every process as its own child, restarted with backoff if it dies; on
-// SIGINT/SIGTERM the gateway drains first, then the lanes, then PostgreSQL.
+// `npm start`: the whole fleet on one machine. The fleet compiled to JavaScript,
+// embedded PostgreSQL (unless DATABASE_URL), migrations and lane roles, demo data
+// and a local API key, the tax table certified (or no start), then every process
+// as its own child, restarted with backoff if it dies. On SIGINT/SIGTERM/SIGHUP
+// or an error of its own the gateway drains first, then the lanes, then
+// PostgreSQL; whatever is still running when the supervisor exits is killed.
 import fs from 'node:fs'
 import path from 'node:path'
 import { Type } from 'typebox'
 import { loadConfig } from '../../shared/config.ts'
 import { bootstrapDatabase, localSecrets } from '../../shared/db/bootstrap.ts'
 import { deckRoleName, jobsRoleName, LANE_NAMES, LANE_QUEUES, envPrefix, laneLimits, laneUrl as laneUrlOf } from '../../shared/lanes.ts'
+import { onShutdown, SUPERVISOR_KILL_AFTER_MS } from '../../shared/lifecycle.ts'
 import { createKey, hashKey, readKeyFile } from '../../gateway/api-keys.ts'
 import { execFile } from 'node:child_process'
 import { promisify } from 'node:util'
+import { buildFleet, fleetEntry } from './build.ts'
 import { SupervisedChild, waitHealthy, type ChildSpec } from './child.ts'
+import { describeConflicts, portConflicts } from './ports.ts'
 
 const cfg = loadConfig(Type.Object({
   DATA_DIR: Type.String({ default: '.data' }),
@@ -24,23 +29,60 @@ const cfg = loadConfig(Type.Object({
   WORKER_PORT: Type.Integer({ default: 8104, minimum: 1, maximum: 65535 }),
   QUIET: Type.Boolean({ default: false }),
   CPU_PRIORITIES: Type.Boolean({ default: true, description: 'run P1/P2 lanes, their workers, the deck and the sandbox at a lower CPU priority' }),
+  FLEET_DIST: Type.String({ default: 'dist', description: 'where the fleet is compiled to (inside the repo, so node_modules resolves)' }),
+  FLEET_PREBUILT: Type.Boolean({ default: false, description: 'use FLEET_DIST as it is (tests build it once for the run)' }),
 }), process.env)
 
 const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../..')
 const dataDir = path.resolve(cfg.DATA_DIR)
 const say = (m: string): void => { process.stdout.write(`[supervisor] ${m}\n`) }
-const childLog = (name: string, line: string): void => {
-  if (cfg.QUIET && name !== 'supervisor') return
-  process.stdout.write(`[${name}] ${line}\n`)
+// What the supervisor has started, for every way it can end (see `stopAll` and the 'exit' hook below).
+const children: SupervisedChild[] = []
+const owned: { stopDatabase?: () => Promise<void> } = {}
+process.once('exit', () => { for (const c of children) c.killNow() })
+onShutdown({ info: (_o, m) => say(m), error: (o, m) => say(`${m}: ${String((o as { err?: unknown }).err)}`) }, stopAll, 2 * SUPERVISOR_KILL_AFTER_MS + 10_000)
+
+async function stopAll (): Promise<void> {
+  say('draining the gateway, then the lanes, then PostgreSQL')
+  await Promise.all(children.filter(c => c.spec.name === 'gateway').map(c => c.stop()))
+  await Promise.all(children.filter(c => c.spec.name !== 'gateway').map(c => c.stop()))
+  await owned.stopDatabase?.()
+  say('stopped')
+}
+
+/** Start-up cannot go on: say why in one line and stop what was started. */
+async function fail (message: string): Promise<never> {
+  say(message)
+  await stopAll()
+  process.exit(1)
+}
+
+const laneUrl = Object.fromEntries(LANE_NAMES.map(n => [n, laneUrlOf(laneLimits(n))]))
+const workerLanes = LANE_NAMES.filter(n => LANE_QUEUES[n].length > 0)
+const conflicts = await portConflicts([
+  ...(cfg.DATABASE_URL ? [] : [{ name: 'embedded PostgreSQL', host: '127.0.0.1', port: cfg.PG_PORT }]),
+  { name: 'tax-sandbox', host: '127.0.0.1', port: cfg.TAX_SANDBOX_PORT },
+  ...LANE_NAMES.map(n => ({ name: n, host: laneLimits(n).host, port: laneLimits(n).port })),
+  ...workerLanes.map((lane, i) => ({ name: `worker-${lane}`, host: '127.0.0.1', port: cfg.WORKER_PORT + i })),
+  { name: 'gateway', host: '127.0.0.1', port: cfg.GATEWAY_PORT },
+  { name: 'deck', host: '127.0.0.1', port: cfg.DECK_PORT },
+])
+if (conflicts.length > 0) await fail(describeConflicts(conflicts))
+
+let entry = fleetEntry(cfg.FLEET_DIST)
+if (!cfg.FLEET_PREBUILT) {
+  say(`compiling the fleet to ${cfg.FLEET_DIST}/`)
+  entry = await buildFleet(cfg.FLEET_DIST).catch(err => fail((err as Error).message))
 }
 
 const secrets = localSecrets(dataDir)
-const db = await bootstrapDatabase({ dataDir, port: cfg.PG_PORT, database: cfg.PG_DATABASE, secrets, databaseUrl: cfg.DATABASE_URL, log: say })
-// Lane-owned tools run as the lanes' own commands: the supervisor imports no lane code.
+const db = await bootstrapDatabase({ dataDir, port: cfg.PG_PORT, database: cfg.PG_DATABASE, secrets, databaseUrl: cfg.DATABASE_URL, log: say }).catch(err => fail(`the database did not come up: ${(err as Error).message}`))
+if (db.embedded) owned.stopDatabase = () => db.embedded!.stop()
+// Lane-owned tools run as the fleet's own compiled commands: the supervisor imports no lane code.
 const run = promisify(execFile)
-const tool = (script: string, args: string[], env: Record<string, string> = {}) =>
-  run(process.execPath, ['--import', 'tsx', path.join(root, script), ...args], { cwd: root, env: { ...process.env, ...env } })
-const demoCards = JSON.parse((await tool('services/card-auth/seed-cli.ts', ['demo'], { DATABASE_URL: db.superUrl })).stdout) as Array<{ token: string, currency: string, available: number, status: string }>
+const tool = (name: string, args: string[], env: Record<string, string> = {}) =>
+  run(process.execPath, [entry, name, ...args], { cwd: root, env: { ...process.env, ...env } })
+const demoCards = JSON.parse((await tool('seed-cards', ['demo'], { DATABASE_URL: db.superUrl })).stdout) as Array<{ token: string, currency: string, available: number, status: string }>
 
 // The local API key: kept in credentials.json (0600) and reused while it is live.
 const keysFile = path.join(dataDir, 'api-keys.json')
@@ -51,38 +93,36 @@ const live = new Set(readKeyFile(keysFile).keys.filter(k => !k.revokedAt).map(k 
 if (!apiKey || !live.has(hashKey(apiKey))) apiKey = createKey(keysFile, 'local-demo')
 
 const sandboxUrl = `http://127.0.0.1:${cfg.TAX_SANDBOX_PORT}`
-const laneUrl = Object.fromEntries(LANE_NAMES.map(n => [n, laneUrlOf(laneLimits(n))]))
 const gatewayUrl = `http://127.0.0.1:${cfg.GATEWAY_PORT}`
 const deckUrl = `http://127.0.0.1:${cfg.DECK_PORT}`
-const workerLanes = LANE_NAMES.filter(n => LANE_QUEUES[n].length > 0)
 const certFile = path.join(dataDir, 'tax-certificate.json')
 // CPU is a shared resource too when the fleet shares cores (one host, npm start):
 // the OS scheduler favours the P0 path (gateway, card-auth) over P1 and P2 work,
 // so a busy tax lane slows itself, not card authorizations. In Kubernetes and
 // Compose each process has its own CPU requests/limits instead (deploy/).
 const niceOf = (p: 'P0' | 'P1' | 'P2' | 'admin' | 'external'): number => !cfg.CPU_PRIORITIES ? 0 : { P0: 0, P1: 5, P2: 10, admin: 5, external: 10 }[p]
-const specs: ChildSpec[] = [
+const specs: Array<Omit<ChildSpec, 'argv'> & { process: string }> = [
   // The sandbox stands in for a remote third party: it must not compete with the fleet for the local CPU.
-  { name: 'tax-sandbox', script: 'services/tax-sandbox/main.ts', env: { TAX_SANDBOX_PORT: String(cfg.TAX_SANDBOX_PORT) }, healthUrl: `${sandboxUrl}/health/live`, nice: niceOf('external') },
+  { name: 'tax-sandbox', process: 'tax-sandbox', env: { TAX_SANDBOX_PORT: String(cfg.TAX_SANDBOX_PORT) }, healthUrl: `${sandboxUrl}/health/live`, nice: niceOf('external') },
   ...LANE_NAMES.map(n => {
     const l = laneLimits(n)
-    return { name: n, script: `services/${n}/main.ts`, env: { DATABASE_URL: db.roleUrl(l.db.role), TAX_PROVIDER_URL: sandboxUrl, TAX_CERTIFICATE_FILE: certFile, [`${envPrefix(n)}PORT`]: String(l.port) }, healthUrl: `${laneUrl[n]}/health/live`, nice: niceOf(l.priority) }
+    return { name: n, process: n, env: { DATABASE_URL: db.roleUrl(l.db.role), TAX_PROVIDER_URL: sandboxUrl, TAX_CERTIFICATE_FILE: certFile, [`${envPrefix(n)}PORT`]: String(l.port) }, healthUrl: `${laneUrl[n]}/health/live`, nice: niceOf(l.priority) }
   }),
   // One worker process per lane that owns queues, so async work is isolated per lane too.
   ...workerLanes.map((lane, i) => ({
-    name: `worker-${lane}`, script: 'services/worker/main.ts',
+    name: `worker-${lane}`, process: 'worker',
     env: { DATABASE_URL: db.roleUrl(jobsRoleName()), [`${envPrefix(lane)}DATABASE_URL`]: db.roleUrl(laneLimits(lane).db.role), TAX_PROVIDER_URL: sandboxUrl, WORKER_QUEUES: LANE_QUEUES[lane].join(','), WORKER_PORT: String(cfg.WORKER_PORT + i), WORKER_REPLICAS: String(workerLanes.length) },
     healthUrl: `http://127.0.0.1:${cfg.WORKER_PORT + i}/health/live`,
     nice: niceOf(laneLimits(lane).priority),
   })),
   {
-    name: 'gateway', script: 'gateway/main.ts',
+    name: 'gateway', process: 'gateway',
     env: { GATEWAY_PORT: String(cfg.GATEWAY_PORT), API_KEYS_FILE: keysFile, CARD_AUTH_URL: laneUrl['card-auth']!, FRAUD_URL: laneUrl.fraud!, TAX_URL: laneUrl.tax! },
     healthUrl: `${gatewayUrl}/health/live`,
   },
   // The admin plane: loopback only, its own DB role, polling every process above.
   {
-    name: 'deck', script: 'services/deck/main.ts',
+    name: 'deck', process: 'deck',
     env: {
       DECK_PORT: String(cfg.DECK_PORT), DECK_HOST: '127.0.0.1', ADMIN_TOKEN: secrets.adminToken, DATABASE_URL: db.roleUrl(deckRoleName()),
       CARD_AUTH_URL: laneUrl['card-auth']!, FRAUD_URL: laneUrl.fraud!, TAX_URL: laneUrl.tax!, GATEWAY_URL: gatewayUrl, TAX_SANDBOX_URL: sandboxUrl,
@@ -92,35 +132,27 @@ const specs: ChildSpec[] = [
     nice: niceOf('admin'),
   },
 ]
-const children = specs.map(s => new SupervisedChild({ ...s, script: path.join(root, s.script) }, childLog))
-
-let stopping = false
-async function shutdown (signal: string): Promise<void> {
-  if (stopping) return
-  stopping = true
-  say(`${signal}: draining the gateway, then the lanes, then PostgreSQL`)
-  const byName = (n: string) => children.filter(c => c.spec.name === n)
-  await Promise.all(byName('gateway').map(c => c.stop()))
-  await Promise.all(children.filter(c => c.spec.name !== 'gateway').map(c => c.stop()))
-  await db.embedded?.stop()
-  say('stopped')
-  process.exit(0)
-}
-process.on('SIGINT', () => { void shutdown('SIGINT') })
-process.on('SIGTERM', () => { void shutdown('SIGTERM') })
+for (const { process: name, ...s } of specs) children.push(new SupervisedChild({ ...s, argv: [entry, name], quiet: cfg.QUIET }, say))
 
 try {
   // The sandbox first: the tax compensation table is certified against it before the lanes start.
-  const [sandbox, ...rest] = children
+  const sandbox = children[0]
   sandbox!.start()
   await waitHealthy(sandbox!.spec.healthUrl, 60_000)
-  const cert = await tool('services/tax/compensation/certify-cli.ts', ['--provider', sandboxUrl, '--out', certFile]).catch((err: { stdout?: string }) => ({ stdout: err.stdout ?? 'certification failed' }))
-  say(cert.stdout.trim().split('\n')[0] ?? '')
+} catch (err) {
+  await fail(`fleet did not come up: ${(err as Error).message}`)
+}
+// An uncertified compensation table blocks the start (ADV-UC-01), as a failing
+// certification job blocks a deployment in Compose and Kubernetes.
+const cert = await tool('tax-certify', ['--provider', sandboxUrl, '--out', certFile]).then(r => ({ ok: true, out: r.stdout }), (err: { stdout?: string, message: string }) => ({ ok: false, out: err.stdout || err.message }))
+say(cert.out.trim().split('\n')[0] ?? '')
+if (!cert.ok) await fail(`ERR_UNTESTED_COMPENSATION_REJECTED: the tax compensation table did not pass certification, so the fleet does not start:\n${cert.out.trim()}`)
+try {
+  const rest = children.slice(1)
   for (const c of rest) c.start()
   await Promise.all(rest.map(c => waitHealthy(c.spec.healthUrl, 60_000)))
 } catch (err) {
-  say(`fleet did not come up: ${(err as Error).message}`)
-  await shutdown('startup failure')
+  await fail(`fleet did not come up: ${(err as Error).message}`)
 }
 
 const creds = {

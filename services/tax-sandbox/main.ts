@@ -1,5 +1,6 @@
 import { Type } from 'typebox'
 import { loadConfig } from '../../shared/config.ts'
+import { onShutdown } from '../../shared/lifecycle.ts'
 import { loggerOptions } from '../../shared/http-app.ts'
 import { buildApp } from './app.ts'
 
@@ -7,9 +8,6 @@ const cfg = loadConfig(Type.Object({
   TAX_SANDBOX_PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 8190 }),
   TAX_SANDBOX_HOST: Type.String({ default: '127.0.0.1' }),
 }), process.env)
-const app = buildApp({ logger: loggerOptions() })
+const app = buildApp({ logger: loggerOptions('tax-sandbox') })
 await app.listen({ port: cfg.TAX_SANDBOX_PORT, host: cfg.TAX_SANDBOX_HOST })
-const stop = (): void => { app.close().then(() => process.exit(0), () => process.exit(1)) }
-process.on('SIGTERM', stop)
-process.on('SIGINT', stop)
-if (process.send) process.on('disconnect', () => process.kill(process.pid, 'SIGTERM'))
+onShutdown(app.log, () => app.close())

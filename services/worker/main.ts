@@ -7,6 +7,7 @@ import { parseArgs } from 'node:util'
 import type pg from 'pg'
 import { Type } from 'typebox'
 import { loadConfig } from '../../shared/config.ts'
+import { GRACE_MS, onShutdown } from '../../shared/lifecycle.ts'
 import { loggerOptions } from '../../shared/http-app.ts'
 import { JOBS_ROLE, LANE_NAMES, LANE_QUEUES, envPrefix, laneLimits, type LaneName } from '../../shared/lanes.ts'
 import { assertRole, createRolePool } from '../../shared/db/pool.ts'
@@ -56,7 +57,7 @@ for (const lane of LANE_NAMES) {
 // This process's share of the role's limit, less one for the LISTEN connection.
 const poolMax = cfg.WORKER_POOL_MAX ?? Math.max(1, Math.floor(cfg.JOBS_POOL_MAX / cfg.WORKER_REPLICAS) - 1)
 const pool = createRolePool(cfg.DATABASE_URL, { max: poolMax, applicationName: 'watertight-worker' })
-const logger = loggerOptions()
+const logger = loggerOptions(`worker-${queueNames.join('+')}`)
 const worker = new Worker({
   pool, databaseUrl: cfg.DATABASE_URL,
   queues: Object.fromEntries(queueNames.map(q => [q, cfg.WORKER_SLOTS])),
@@ -70,14 +71,10 @@ await worker.start()
 await app.listen({ port: cfg.WORKER_PORT, host: cfg.WORKER_HOST })
 app.log.info({ workerId: worker.id, queues: queueNames, types: types.map(t => t.type) }, 'worker started')
 
-let closing = false
-const stop = (signal: string): void => {
-  if (closing) return
-  closing = true
-  app.log.info({ signal }, 'draining')
-  setTimeout(() => process.exit(1), 30_000).unref()
-  worker.drain().then(() => app.close()).then(() => Promise.all([pool.end(), ...Object.values(lanePools).map(p => p!.end())])).then(() => process.exit(0), () => process.exit(1))
-}
-process.on('SIGTERM', () => stop('SIGTERM'))
-process.on('SIGINT', () => stop('SIGINT'))
-if (process.send) process.on('disconnect', () => stop('supervisor gone'))
+// Running jobs get most of the grace period to finish; what is left is aborted
+// and released (rescue re-runs it) before the process exits.
+onShutdown(app.log, async () => {
+  await worker.drain(GRACE_MS - 3_000)
+  await app.close()
+  await Promise.all([pool.end(), ...Object.values(lanePools).map(p => p!.end())])
+})

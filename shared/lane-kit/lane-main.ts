@@ -1,5 +1,6 @@
 // Bootstrap of a lane process: read env, validate, build, check the DB role,
-// listen, and drain on SIGTERM/SIGINT. The app itself never listens (app.ts).
+// listen, and drain on SIGTERM/SIGINT or when the supervisor is gone. The app
+// itself never listens (app.ts).
 import type { FastifyInstance } from 'fastify'
 import { Type } from 'typebox'
 import { loadConfig } from '../config.ts'
@@ -7,6 +8,7 @@ import { laneLimits, type LaneLimits, type LaneName } from '../lanes.ts'
 import { assertRole, warmPool } from '../db/pool.ts'
 import { loggerOptions } from '../http-app.ts'
 import type { LaneKit } from './build-lane-app.ts'
+import { onShutdown } from '../lifecycle.ts'
 
 const ProcessEnv = Type.Object({
   DATABASE_URL: Type.String({ minLength: 1, description: 'connection string with the lane role' }),
@@ -19,7 +21,7 @@ export async function runLane (lane: LaneName, build: Build): Promise<void> {
   try {
     const env = loadConfig(ProcessEnv, process.env)
     const limits = laneLimits(lane)
-    const built = await build({ limits, databaseUrl: env.DATABASE_URL, logger: loggerOptions() })
+    const built = await build({ limits, databaseUrl: env.DATABASE_URL, logger: loggerOptions(lane) })
     app = built.app
     await assertRole(built.kit.pool, limits.db.role)
     const warmed = await warmPool(built.kit.pool, limits.db.poolMax)
@@ -30,17 +32,5 @@ export async function runLane (lane: LaneName, build: Build): Promise<void> {
     await app?.close().catch(() => {})
     process.exit(1)
   }
-  let closing = false
-  const shutdown = (signal: string): void => {
-    if (closing) return
-    closing = true
-    app!.log.info({ signal }, 'draining')
-    const force = setTimeout(() => process.exit(1), 15_000)
-    force.unref()
-    app!.close().then(() => process.exit(0), () => process.exit(1))
-  }
-  process.on('SIGTERM', () => shutdown('SIGTERM'))
-  process.on('SIGINT', () => shutdown('SIGINT'))
-  // Started by the supervisor: when it dies, so do we (no orphaned lanes).
-  if (process.send) process.on('disconnect', () => shutdown('supervisor gone'))
+  onShutdown(app!.log, () => app!.close())
 }

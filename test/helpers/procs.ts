@@ -6,6 +6,7 @@ import net from 'node:net'
 import path from 'node:path'
 import readline from 'node:readline'
 import type { Test } from 'tap'
+import { DIST_DIR } from '../setup/state.ts'
 
 export const ROOT = path.resolve(import.meta.dirname, '../..')
 
@@ -28,10 +29,18 @@ export interface Proc {
   kill (signal?: NodeJS.Signals): Promise<void>
 }
 
-/** `script` is a source .ts (run with tsx) or compiled .js, relative to the repo or absolute; `args` follow it. */
-export async function startProcess (t: Test, name: string, script: string, env: Record<string, string>, opts: { timeoutMs?: number, args?: string[] } = {}): Promise<Proc> {
+/** Where a source file of the fleet runs from: its compiled twin in the run's build (test/setup/before.ts). */
+export function compiled (script: string): string {
   const file = path.resolve(ROOT, script)
-  const node = file.endsWith('.ts') ? ['--import', 'tsx', file] : [file]
+  return file.endsWith('.ts') ? path.join(DIST_DIR, path.relative(ROOT, file)).replace(/\.ts$/, '.js') : file
+}
+
+/**
+ * `script` is a source .ts of the fleet (run compiled, as npm start runs it) or a
+ * compiled .js, relative to the repo or absolute; `args` follow it.
+ */
+export async function startProcess (t: Test, name: string, script: string, env: Record<string, string>, opts: { timeoutMs?: number, args?: string[] } = {}): Promise<Proc> {
+  const node = [compiled(script)]
   const proc = spawn(process.execPath, [...node, ...(opts.args ?? [])], {
     cwd: ROOT,
     env: { ...process.env, LOG_LEVEL: 'info', ...env },

@@ -13,6 +13,7 @@ import path from 'node:path'
 import t from 'tap'
 import { testDatabase } from '../helpers/db.ts'
 import { ROOT } from '../helpers/procs.ts'
+import { DIST_DIR } from '../setup/state.ts'
 
 const db = await testDatabase(t)
 const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'wt-drill-'))
@@ -29,7 +30,7 @@ t.test('npm run drill (short): the functional criteria pass and the report is co
     // The fleet's own CPU priorities (tax at nice 10) are on, as in production: the
     // lane reports how long a shed decision waited for a CPU, and the check takes
     // that wait out (it shows beside it in the report).
-    env: { ...process.env, ...db.env, DATABASE_URL: db.superUrl },
+    env: { ...process.env, ...db.env, DATABASE_URL: db.superUrl, FLEET_DIST: DIST_DIR, FLEET_PREBUILT: 'true' },
   })
   let log = ''
   child.stdout!.on('data', d => { log += d })

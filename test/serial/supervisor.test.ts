@@ -11,6 +11,7 @@ import t from 'tap'
 import { testDatabase } from '../helpers/db.ts'
 import { call, eventually } from '../helpers/http.ts'
 import { freePort, ROOT } from '../helpers/procs.ts'
+import { DIST_DIR } from '../setup/state.ts'
 
 const db = await testDatabase(t)
 const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'wt-sup-'))
@@ -18,7 +19,7 @@ t.teardown(() => fs.rmSync(dataDir, { recursive: true, force: true }))
 const ports = { GATEWAY_PORT: await freePort(), TAX_SANDBOX_PORT: await freePort(), WORKER_PORT: await freePort(), CARD_AUTH_PORT: await freePort(), FRAUD_PORT: await freePort(), TAX_PORT: await freePort(), DECK_PORT: await freePort() }
 const sup = spawn(process.execPath, ['--import', 'tsx', 'services/supervisor/main.ts'], {
   cwd: ROOT,
-  env: { ...process.env, ...db.env, DATABASE_URL: db.superUrl, DATA_DIR: dataDir, ...Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])) },
+  env: { ...process.env, ...db.env, DATABASE_URL: db.superUrl, DATA_DIR: dataDir, FLEET_DIST: DIST_DIR, FLEET_PREBUILT: 'true', ...Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])) },
   stdio: ['ignore', 'pipe', 'pipe'],
 })
 const lines: string[] = []
@@ -29,7 +30,7 @@ const alive = (pid: number): boolean => { try { process.kill(pid, 0); return tru
 
 t.test('the fleet comes up with credentials, survives a killed lane, and stops cleanly', async t => {
   const up = await eventually(async () => lines.find(l => l.includes('fleet is up')), 60_000, 100)
-  t.ok(up, `fleet is up\n${up ? '' : lines.slice(-30).join('\n')}`)
+  t.ok(up, `fleet is up\n${up ? '' : lines.filter(l => !l.startsWith('{')).slice(-30).join('\n')}`)
   const pids = Object.fromEntries([...up!.matchAll(/([a-z-]+)=(\d+)/g)].map(m => [m[1]!, Number(m[2])]))
   t.same(Object.keys(pids).sort(), ['card-auth', 'deck', 'fraud', 'gateway', 'tax', 'tax-sandbox', 'worker-fraud', 'worker-tax'])
   // CPU priority by lane priority: when the fleet shares cores, P2 work yields to the P0 path.
@@ -66,7 +67,7 @@ t.test('the fleet comes up with credentials, survives a killed lane, and stops c
   const exited = new Promise<number | null>(resolve => sup.once('exit', code => resolve(code)))
   sup.kill('SIGTERM')
   t.equal(await exited, 0, 'supervisor exits 0')
-  const restartedPid = Number(/"pid":(\d+)[^\n]*Server listening/.exec(lines.filter(l => l.startsWith('[card-auth]')).slice(-1)[0] ?? '')?.[1] ?? 0)
+  const restartedPid = Number(/"pid":(\d+)[^\n]*Server listening/.exec(lines.filter(l => l.includes('"name":"card-auth"')).slice(-1)[0] ?? '')?.[1] ?? 0)
   for (const pid of [...children, restartedPid].filter(Boolean)) t.notOk(alive(pid), `process ${pid} is gone`)
   t.ok(lines.some(l => l.includes('draining the gateway, then the lanes')), 'ordered shutdown')
 })

@@ -12,7 +12,7 @@ import { SupervisedChild, waitHealthy } from '../../services/supervisor/child.ts
 import { laneLimits } from '../../shared/lanes.ts'
 import { testDatabase } from '../helpers/db.ts'
 import { call, eventually, percentile, sleep } from '../helpers/http.ts'
-import { freePort, laneEnv, ROOT, startProcess } from '../helpers/procs.ts'
+import { compiled, freePort, laneEnv, startProcess } from '../helpers/procs.ts'
 
 const db = await testDatabase(t)
 await db.query("insert into card_auth.card_accounts (token, currency, available) values ('tok_iso_card', 'EUR', 1000000000)")
@@ -25,7 +25,7 @@ const card = await startProcess(t, 'card-auth', 'services/card-auth/main.ts', la
 const taxPort = await freePort()
 const tax = new SupervisedChild({
   name: 'tax',
-  script: `${ROOT}/services/tax/main.ts`,
+  argv: [compiled('services/tax/main.ts')],
   env: { ...env, DATABASE_URL: db.laneUrl('tax'), TAX_PORT: String(taxPort), TAX_PROVIDER_URL: sandbox.url },
   healthUrl: `http://127.0.0.1:${taxPort}/health/live`,
 }, () => {})

@@ -1,6 +1,7 @@
 // tap `after`: stop the test run's PostgreSQL and wait until it is gone.
 import fs from 'node:fs'
-import { STATE_FILE } from './state.ts'
+import path from 'node:path'
+import { DIST_DIR, STATE_FILE } from './state.ts'
 
 if (fs.existsSync(STATE_FILE)) {
   const { pid } = JSON.parse(fs.readFileSync(STATE_FILE, 'utf8')) as { pid: number }
@@ -11,3 +12,4 @@ if (fs.existsSync(STATE_FILE)) {
     await new Promise(r => setTimeout(r, 100))
   }
 }
+fs.rmSync(path.dirname(DIST_DIR), { recursive: true, force: true })

@@ -1,10 +1,12 @@
-// tap `before`: start the test run's PostgreSQL (detached) and wait until its
-// template database is migrated.
+// tap `before`: compile the fleet for the run, start the test run's PostgreSQL
+// (detached) and wait until its template database is migrated.
 import { spawn } from 'node:child_process'
 import fs from 'node:fs'
-import { RUN_ID, STATE_FILE } from './state.ts'
+import { buildFleet } from '../../services/supervisor/build.ts'
+import { DIST_DIR, RUN_ID, STATE_FILE } from './state.ts'
 
 fs.rmSync(STATE_FILE, { force: true })
+const built = buildFleet(DIST_DIR).then(() => undefined, (err: Error) => err)
 const child = spawn(process.execPath, ['--import', 'tsx', 'test/setup/pg-daemon.ts'], {
   detached: true,
   // The server process is not measured (see test/helpers/procs.ts).
@@ -18,3 +20,5 @@ await new Promise<void>((resolve, reject) => {
 })
 child.disconnect()
 child.unref()
+const buildError = await built
+if (buildError) throw buildError

@@ -7,6 +7,8 @@ import { dbRoles } from '../../shared/lanes.ts'
 export const RUN_ID = process.env.WT_TEST_RUNNER_PID ?? String(process.ppid)
 export const STATE_FILE = path.resolve(`.data/test-pg-state-${RUN_ID}.json`)
 export const DATA_DIR = path.resolve(`.data/test-pg-${RUN_ID}`)
+// The fleet compiled once for the run (as npm start does): every process a test starts runs from it.
+export const DIST_DIR = path.resolve(`.data/test-run-${RUN_ID}/dist`) // a `dist` folder: tap leaves it out of coverage
 export const TEMPLATE_DB = 'wt_template'
 export const TEMPLATE_ROLE_PREFIX = 'tpl_'
 

@@ -1,0 +1,33 @@
+// The fleet's processes run as compiled JavaScript, the same files the container
+// image runs (deploy/build-dist.sh), never under a TypeScript loader: a loader
+// adds a hooks thread and ~40 MB to every process (gateway: 165 MB RSS under
+// tsx, 121 MB compiled; start-up CPU 3.2 s -> 1.6 s), and a process that must
+// exit when its supervisor is gone must not depend on that thread to do it.
+// Built into a fresh directory and swapped in, so a build never leaves a half
+// tree where a running fleet loads modules.
+import { execFile } from 'node:child_process'
+import fs from 'node:fs'
+import path from 'node:path'
+import { promisify } from 'node:util'
+
+export const ROOT = path.resolve(import.meta.dirname, '../..')
+
+/** Compile the fleet into `outDir` (absolute, or relative to the repo); returns the entry, services/main.js. */
+export async function buildFleet (outDir: string): Promise<string> {
+  const out = path.resolve(ROOT, outDir)
+  const tmp = `${out}.tmp-${process.pid}`
+  try {
+    await promisify(execFile)('sh', [path.join(ROOT, 'deploy/build-dist.sh'), tmp], { cwd: ROOT, env: { ...process.env, TSC_FLAGS: '--noCheck' } })
+  } catch (err) {
+    fs.rmSync(tmp, { recursive: true, force: true })
+    const e = err as { stdout?: string, stderr?: string, message: string }
+    throw new Error(`could not compile the fleet: ${(e.stdout ?? '') + (e.stderr ?? '') || e.message}`)
+  }
+  fs.rmSync(out, { recursive: true, force: true })
+  fs.renameSync(tmp, out)
+  return fleetEntry(out)
+}
+
+export function fleetEntry (outDir: string): string {
+  return path.join(path.resolve(ROOT, outDir), 'services/main.js')
+}
