@@ -1,18 +1,23 @@
 // Retry-storm defence (ADV-IR-01, INV-BH-04), before any request reaches a lane.
 // A retry is a request whose (client, Idempotency-Key) was seen before.
-//  - per key: the 5th attempt of one (client, key) within 10 s — a 4th retry —
-//    gets 429 ERR_RETRY_STORM_BLOCKED (an @fastify/rate-limit limiter keyed by
-//    client and key);
+//  - per key: the 5th attempt of one (client, key) within ANY 10 s — a 4th
+//    retry — gets 429 ERR_RETRY_STORM_BLOCKED. An @fastify/rate-limit limiter
+//    keyed by client and key, on a sliding log (gateway/sliding-log.ts), not the
+//    plugin's fixed windows, which let up to 8 attempts through around a window
+//    edge. Refused attempts count too: the limit is on attempts, so a client
+//    that retries without backoff stays refused until it waits as told;
 //  - retry budget: a client's retries may be at most `budgetRatio` of its
 //    requests in the window, with a floor so a quiet client can still retry;
-//  - client rate: a plain per-client request rate (@fastify/rate-limit).
+//  - client rate: a plain per-client request rate (@fastify/rate-limit, its own
+//    fixed-window store).
 // Counters live in this process's memory: with N gateway replicas each holds
-// its own, so the per-key limit is per replica unless the plugin's Redis store
-// is configured (README "Retry storms").
+// its own, so the per-key limit is per replica unless a shared store is
+// configured (README "Retry storms").
 import type { FastifyInstance, FastifyRequest } from 'fastify'
-import rateLimit from '@fastify/rate-limit'
+import rateLimit, { type RateLimitPluginOptions } from '@fastify/rate-limit'
 import { AppError } from '../shared/errors.ts'
 import { rateLimitFields } from '../shared/rate-limit-fields.ts'
+import { slidingLogStore } from './sliding-log.ts'
 
 export interface RetryGuardConfig {
   /** Attempts of one (client, key) allowed per window: 4 = the first try and 3 retries. */
@@ -24,7 +29,7 @@ export interface RetryGuardConfig {
   budgetFloor: number
   clientRateMax: number
   clientRateWindowMs: number
-  /** How many (client, key) pairs are remembered to recognise retries. */
+  /** How many (client, key) pairs are remembered, to recognise retries and to count attempts. */
   seenCapacity: number
 }
 
@@ -37,14 +42,33 @@ export type BlockReason = 'retry_storm' | 'retry_budget' | 'client_rate'
 
 interface Window { start: number, requests: number, retries: number }
 
+/** The spec's Retry-After for a refused retry (ADV-IR-01: "MUST include Retry-After: 5"). */
+export const RETRY_STORM_MIN_RETRY_AFTER_S = 5
+
 type Limiter = (req: FastifyRequest) => Promise<{ isAllowed: boolean, isExceeded?: boolean, ttlInSeconds?: number }>
+type CreateLimiter = (o: object) => Limiter
+
+/**
+ * @fastify/rate-limit's limiter factory with its own plugin options (its store
+ * is per registration), registered in an encapsulated scope so that two
+ * registrations with different stores can live in one app.
+ */
+async function limiters (app: FastifyInstance, opts: RateLimitPluginOptions): Promise<CreateLimiter> {
+  let create: CreateLimiter | undefined
+  await app.register(async scope => {
+    await scope.register(rateLimit, { ...opts, global: false })
+    const s = scope as unknown as { createRateLimit: CreateLimiter }
+    create = o => s.createRateLimit(o)
+  })
+  return create!
+}
 
 export async function retryGuard (app: FastifyInstance, cfg: RetryGuardConfig, onBlock: (reason: BlockReason) => void) {
-  await app.register(rateLimit, { global: false })
-  const create = (app as unknown as { createRateLimit (o: object): Limiter }).createRateLimit
   const clientOf = (req: FastifyRequest): string => (req as FastifyRequest & { clientId: string }).clientId
-  const perKey = create({ max: cfg.perKeyAttempts, timeWindow: cfg.windowMs, keyGenerator: (req: FastifyRequest) => `k:${clientOf(req)}:${String(req.headers['idempotency-key'])}` })
-  const perClient = create({ max: cfg.clientRateMax, timeWindow: cfg.clientRateWindowMs, keyGenerator: (req: FastifyRequest) => `c:${clientOf(req)}` })
+  const perKey = (await limiters(app, { store: slidingLogStore({ capacity: cfg.seenCapacity, countRejected: true }) }))({
+    max: cfg.perKeyAttempts, timeWindow: cfg.windowMs, keyGenerator: (req: FastifyRequest) => `k:${clientOf(req)}:${String(req.headers['idempotency-key'])}`,
+  })
+  const perClient = (await limiters(app, {}))({ max: cfg.clientRateMax, timeWindow: cfg.clientRateWindowMs, keyGenerator: (req: FastifyRequest) => `c:${clientOf(req)}` })
 
   // Insertion-ordered Map as a bounded memory of seen keys: the oldest go first.
   const seen = new Map<string, number>()
@@ -53,7 +77,11 @@ export async function retryGuard (app: FastifyInstance, cfg: RetryGuardConfig, o
 
   const block = (reason: BlockReason, detail: string, policy: string, q: number, w: number, ttl: number, code: 'ERR_RETRY_STORM_BLOCKED' | 'ERR_CLIENT_RATE_LIMITED'): never => {
     onBlock(reason)
-    const retryAfter = code === 'ERR_RETRY_STORM_BLOCKED' ? Math.max(5, ttl) : Math.max(1, ttl)
+    // RateLimit's t= says when there is room again; Retry-After, which wins, is
+    // never below the spec's 5 s for a refused retry: waiting longer is always
+    // safe (the log only ages), and a client that honours it retries at most every
+    // 5 s, twice in a 10 s window, so it is never refused again.
+    const retryAfter = code === 'ERR_RETRY_STORM_BLOCKED' ? Math.max(RETRY_STORM_MIN_RETRY_AFTER_S, ttl) : Math.max(1, ttl)
     const fields = rateLimitFields({ name: policy, quota: q, windowSeconds: w, resetSeconds: ttl })
     throw new AppError(code, { detail, headers: { 'retry-after': String(retryAfter), ...fields.headers }, extensions: { ...fields.extensions, reason } })
   }

@@ -1,0 +1,113 @@
+// A sliding-window limit for @fastify/rate-limit: "at most `max` attempts of a
+// key within ANY `timeWindow` ms", as a sliding log of attempt times.
+//
+// The plugin's own store counts in fixed windows that start at a key's first
+// attempt and reset `timeWindow` later, so up to 2 × max attempts get through
+// around a window's edge (max at its end, max more at the start of the next).
+// Here each key keeps the monotonic times of its last `max` counted attempts,
+// oldest first: an attempt is admitted when fewer than `max` of them lie within
+// the last `timeWindow` ms, and the answer's ttl is when the oldest of them
+// leaves the window, which is exactly when the next attempt would be admitted
+// (if none comes in between).
+//
+// `countRejected`: whether a refused attempt is logged too. With it, the limit
+// is on attempts, not on admitted attempts: a client that keeps hammering
+// without backoff stays refused until it has paused for the ttl it was given,
+// instead of getting a fresh attempt through every time an old one ages out.
+//
+// Memory: at most `max` numbers per key and at most `capacity` keys. The Map
+// is kept in last-use order; each call first drops a few keys whose log has
+// left the window entirely (so idle keys go away as traffic flows), and past
+// `capacity` the least recently used key is forgotten even if its window is
+// still open. Such a key starts afresh: the bound on memory wins over the limit
+// for a flood of more than `capacity` distinct keys within one window.
+import { performance } from 'node:perf_hooks'
+
+export interface SlidingLogOptions {
+  /** How many keys are remembered at most. */
+  capacity: number
+  /** Log refused attempts too (the limit is then on attempts, not on admissions). */
+  countRejected: boolean
+}
+
+export interface Hit {
+  /** Attempts counted in the window, including this one; `max + 1` when refused. */
+  current: number
+  /** Milliseconds until an attempt would be admitted (0 while there is room). */
+  ttl: number
+}
+
+/** Idle keys dropped per call at most: more than one per call keeps pace with new keys. */
+const SWEEP_PER_CALL = 8
+
+export class SlidingLog {
+  readonly #logs = new Map<string, number[]>()
+  readonly #opts: SlidingLogOptions
+  readonly #now: () => number
+
+  constructor (opts: SlidingLogOptions, now: () => number = () => performance.now()) {
+    this.#opts = opts
+    this.#now = now
+  }
+
+  get size (): number { return this.#logs.size }
+
+  /** Count an attempt of `key` and say whether it is within the limit. */
+  hit (key: string, windowMs: number, max: number): Hit {
+    const now = this.#now()
+    this.#sweep(now, windowMs)
+    const log = this.#logs.get(key) ?? []
+    this.#logs.delete(key)
+    expire(log, now, windowMs)
+    const admitted = log.length < max
+    if (admitted || this.#opts.countRejected) {
+      log.push(now)
+      if (log.length > max) log.shift()
+    }
+    if (log.length > 0) this.#logs.set(key, log)
+    if (this.#logs.size > this.#opts.capacity) this.#logs.delete(this.#logs.keys().next().value as string)
+    return { current: admitted ? log.length : max + 1, ttl: ttlOf(log, now, windowMs, max) }
+  }
+
+  /** The state of `key` without counting an attempt. */
+  peek (key: string, windowMs: number, max: number): Hit {
+    const now = this.#now()
+    const log = (this.#logs.get(key) ?? []).filter(t => t > now - windowMs)
+    return { current: log.length, ttl: ttlOf(log, now, windowMs, max) }
+  }
+
+  #sweep (now: number, windowMs: number): void {
+    for (let i = 0; i < SWEEP_PER_CALL; i++) {
+      const first = this.#logs.entries().next().value
+      if (!first) return
+      const [key, log] = first
+      if (log.length > 0 && log[log.length - 1]! > now - windowMs) return
+      this.#logs.delete(key)
+    }
+  }
+}
+
+function expire (log: number[], now: number, windowMs: number): void {
+  while (log.length > 0 && log[0]! <= now - windowMs) log.shift()
+}
+
+function ttlOf (log: number[], now: number, windowMs: number, max: number): number {
+  return log.length >= max ? Math.max(0, log[log.length - max]! + windowMs - now) : 0
+}
+
+type Callback = (err: Error | null, res?: { current: number, ttl: number }) => void
+
+/**
+ * A store class for @fastify/rate-limit's `store` option (its interface:
+ * `incr`/`read` with `(key, cb, timeWindow, max)`, and `child(routeOptions)`
+ * for each limiter made with `createRateLimit`; the plugin refuses when
+ * `current > max`). Each limiter gets its own log.
+ */
+export function slidingLogStore (opts: SlidingLogOptions) {
+  return class SlidingLogStore {
+    readonly log = new SlidingLog(opts)
+    incr (key: string, cb: Callback, timeWindow: number, max: number): void { cb(null, this.log.hit(key, timeWindow, max)) }
+    read (key: string, cb: Callback, timeWindow: number, max: number): void { cb(null, this.log.peek(key, timeWindow, max)) }
+    child (): SlidingLogStore { return new SlidingLogStore() }
+  }
+}

@@ -1,0 +1,118 @@
+// The retry-storm limit is a sliding window: at most 4 attempts of one
+// (client, Idempotency-Key) get past the gateway within ANY window, also around
+// the edge of what a fixed window would be, and a client that keeps retrying
+// without backoff gets nothing more through until it waits as told.
+// A real gateway process with a 2 s window; its lanes are down (discard port),
+// so an attempt that gets past the guard is answered 503 ERR_LANE_UNAVAILABLE
+// and a refused one 429 ERR_RETRY_STORM_BLOCKED.
+import t from 'tap'
+import { SlidingLog } from '../gateway/sliding-log.ts'
+import { startLoneGateway } from './helpers/gateway.ts'
+import { sleep, type Res } from './helpers/http.ts'
+
+const W = 2_000
+const MAX = 4
+
+const gw = await startLoneGateway(t, { RETRY_WINDOW_MS: String(W) })
+
+interface Attempt { sentAt: number, res: Res }
+const admitted = (a: Attempt): boolean => a.res.status === 503 && a.res.body?.code === 'ERR_LANE_UNAVAILABLE'
+const refused = (a: Attempt): boolean => a.res.status === 429 && a.res.body?.code === 'ERR_RETRY_STORM_BLOCKED'
+
+/** The most admitted attempts in one window [s, s + w) starting at an admitted attempt. */
+function busiestWindow (times: number[], w: number): number {
+  return Math.max(0, ...times.map(s => times.filter(x => x >= s && x < s + w).length))
+}
+
+t.test('SlidingLog: never more than max in any window, ttl is exactly when room comes back', async t => {
+  let now = 0
+  const log = new SlidingLog({ capacity: 100, countRejected: false }, () => now)
+  // One attempt, then a burst just before where a fixed window (from 0) would end,
+  // and more right after it: a fixed window admits 0, 900, 950, 990 and then
+  // 1000, 1010, 1050, 1890 — 8 within 1 s.
+  const schedule = [0, 900, 950, 990, 1_000, 1_010, 1_050, 1_890, 1_900]
+  const ok: number[] = []
+  for (const at of schedule) {
+    now = at
+    if (log.hit('k', 1_000, MAX).current <= MAX) ok.push(at)
+  }
+  t.same(ok, [0, 900, 950, 990, 1_000, 1_900], 'admitted only while fewer than 4 lay within the last second')
+  t.equal(busiestWindow(ok, 1_000), MAX, 'no window holds more than 4')
+  now = 1_910
+  const h = log.hit('k', 1_000, MAX)
+  t.equal(h.current, MAX + 1, 'refused')
+  t.equal(h.ttl, 40, 'until the oldest of the last 4 (950) leaves the window')
+  now += h.ttl - 1
+  t.equal(log.hit('k', 1_000, MAX).current, MAX + 1, 'still refused 1 ms before the ttl')
+  now += 1
+  t.ok(log.hit('k', 1_000, MAX).current <= MAX, 'admitted at the ttl')
+})
+
+t.test('SlidingLog counting refused attempts: a client that never backs off stays refused', async t => {
+  let now = 0
+  const log = new SlidingLog({ capacity: 100, countRejected: true }, () => now)
+  const ok: number[] = []
+  let last = { current: 0, ttl: 0 }
+  for (now = 0; now < 5_000; now += 50) { last = log.hit('k', 1_000, MAX); if (last.current <= MAX) ok.push(now) }
+  t.same(ok, [0, 50, 100, 150], 'four attempts in 5 s of retrying every 50 ms')
+  now = now - 50 + last.ttl
+  t.ok(log.hit('k', 1_000, MAX).current <= MAX, 'admitted once it waited the ttl it was given')
+})
+
+t.test('SlidingLog memory is bounded: idle keys are dropped, and never more than capacity', async t => {
+  let now = 0
+  const log = new SlidingLog({ capacity: 1_000, countRejected: true }, () => now)
+  let most = 0
+  for (let i = 0; i < 20_000; i++) { now = i; log.hit(`k${i}`, 10_000, MAX); most = Math.max(most, log.size) }
+  t.equal(most, 1_000, `at most capacity keys (${most})`)
+  // A window later, traffic on a few keys sweeps the idle ones away.
+  now = 20_000 + 10_000
+  for (let i = 0; i < 200; i++) log.hit(`fresh${i % 3}`, 10_000, MAX)
+  t.equal(log.size, 3, 'only the keys used within the window remain')
+})
+
+async function storm (key: string, pattern: number[]): Promise<Attempt[]> {
+  const out: Attempt[] = []
+  const t0 = performance.now()
+  for (const at of pattern) {
+    const wait = t0 + at - performance.now()
+    if (wait > 0) await sleep(wait)
+    const sentAt = performance.now()
+    out.push({ sentAt, res: await gw.post('/v1/tax/quotes', { jurisdiction: 'DE', amount: { value: 1, currency: 'EUR' } }, key) })
+  }
+  return out
+}
+
+t.test('through the gateway: at most 4 attempts of a key in any window, also across a window edge', async t => {
+  // Edge: one attempt, then from 0.6 W one every W/16 for 2 W. A window fixed at
+  // the first attempt admits 3 more before its end and 4 again right after it.
+  const edge = [0, ...Array.from({ length: 32 }, (_, i) => 0.6 * W + i * W / 16)]
+  // Steady: one every W/8 for 3 W, never backing off.
+  const steady = Array.from({ length: 24 }, (_, i) => i * W / 8)
+  const [a, b] = await Promise.all([storm(`edge-${process.pid}`, edge), storm(`steady-${process.pid}`, steady)])
+  for (const [name, attempts] of [['edge', a], ['steady', b]] as const) {
+    const odd = attempts.filter(x => !admitted(x) && !refused(x)).map(x => `${x.res.status} ${x.res.body?.code}`)
+    t.same(odd, [], `${name}: every attempt was either let through or refused as a retry storm`)
+    const times = attempts.filter(admitted).map(x => x.sentAt)
+    t.ok(busiestWindow(times, W) <= MAX, `${name}: no ${W} ms window holds more than ${MAX} admitted attempts (busiest: ${busiestWindow(times, W)}, admitted ${times.length} of ${attempts.length})`)
+    t.same(attempts.slice(0, MAX).map(admitted), [true, true, true, true], `${name}: the first try and 3 retries got through`)
+  }
+  t.equal(b.filter(admitted).length, MAX, 'retrying without backoff for 3 windows got 4 attempts through in all, not 4 per window')
+
+  // When to come back: RateLimit t= is when there is room again, Retry-After (which wins) never less than 5 s.
+  const lastA = a.at(-1)!.res
+  const lastB = b.at(-1)!.res
+  for (const r of [lastA, lastB]) {
+    t.ok(Number(r.headers['retry-after']) >= 5, `Retry-After ${r.headers['retry-after']} s, at least the spec's 5`)
+    t.match(r.headers['ratelimit-policy'], `"retry-storm";q=${MAX};w=${W / 1000}`, 'the policy: 4 attempts per window')
+    t.same(r.body['violated-policies'], ['retry-storm'])
+  }
+  const reset = (r: Res): number => Number(/;t=(\d+)/.exec(r.headers.ratelimit ?? '')?.[1])
+  t.ok(reset(lastA) >= 1 && reset(lastA) <= Number(lastA.headers['retry-after']), `RateLimit t=${reset(lastA)} within Retry-After`)
+  const [againA, againB] = await Promise.all([
+    sleep(reset(lastA) * 1000).then(() => storm(`edge-${process.pid}`, [0])),
+    sleep(Number(lastB.headers['retry-after']) * 1000).then(() => storm(`steady-${process.pid}`, [0])),
+  ])
+  t.ok(admitted(againA![0]!), `after waiting RateLimit t=${reset(lastA)} s the next attempt gets through`)
+  t.ok(admitted(againB![0]!), `after waiting Retry-After ${lastB.headers['retry-after']} s the next attempt gets through`)
+})
