@@ -12,7 +12,7 @@ import { problemReply } from '../shared/problem.ts'
 import { AppError } from '../shared/errors.ts'
 import { LATENCY_BUCKETS, createRegistry } from '../shared/metrics.ts'
 import { registerProcessOps } from '../shared/process-ops.ts'
-import type { LaneLimits, LaneName } from '../shared/lanes.ts'
+import { saturationError, type LaneLimits, type LaneName } from '../shared/lanes.ts'
 import { panFields } from '../shared/pan.ts'
 import { ROUTES, type RouteSpec } from './classify.ts'
 import { createUpstreams, closeUpstreams, type Upstream } from './upstreams.ts'
@@ -39,7 +39,7 @@ export async function buildApp (cfg: GatewayConfig) {
   const upstreams = createUpstreams(cfg.limits, cfg.laneUrls)
   new client.Gauge({ name: 'gateway_upstream_inflight', help: 'Requests in flight to each lane', labelNames: ['lane'], registers: [registry], collect () { for (const u of Object.values(upstreams)) this.set({ lane: u.lane }, u.inflight) } })
   const duration = new client.Histogram({ name: 'http_request_duration_seconds', help: 'HTTP request duration at the gateway', labelNames: ['lane', 'route', 'status_code'], buckets: LATENCY_BUCKETS, registers: [registry] })
-  const unavailable = new client.Counter({ name: 'gateway_lane_unavailable_total', help: 'Requests failed fast because a lane was down or its cap was full', labelNames: ['lane', 'reason'], registers: [registry] })
+  const unavailable = new client.Counter({ name: 'gateway_lane_unavailable_total', help: 'Requests failed because a lane was down or unreachable (reason: the transport error, or cap_full while it was)', labelNames: ['lane', 'reason'], registers: [registry] })
   const blocked = new client.Counter({ name: 'gateway_retry_storm_blocked_total', help: 'Requests blocked at the gateway by the retry-storm guard, the retry budget or the client rate limit', labelNames: ['reason'], registers: [registry] })
 
   const shed = new client.Counter({ name: 'gateway_shed_total', help: 'Requests the gateway shed for its own sake', labelNames: ['reason'], registers: [registry] })
@@ -63,9 +63,12 @@ export async function buildApp (cfg: GatewayConfig) {
   })
   const guard = await retryGuard(app, cfg.retry ?? RETRY_GUARD_DEFAULTS, reason => blocked.inc({ reason }))
   // The fleet's one rejection counter, by lane and reason: what the gateway refuses
-  // on a lane's behalf (retry storms, a lane down or at its cap) counts there too.
+  // on a lane's behalf (retry storms, a lane down, its cap full) counts there too.
   const rejected = new client.Counter({ name: 'bulkhead_rejection_total', help: 'Requests rejected before reaching the lane, by reason', labelNames: ['lane', 'reason'], registers: [registry] })
-  const laneUnavailable: UnavailableCounter = { inc: l => { unavailable.inc(l); rejected.inc({ lane: l.lane, reason: 'lane_unavailable' }) } }
+  const counters: ProxyCounters = {
+    unavailable: l => { unavailable.inc(l); rejected.inc({ lane: l.lane, reason: 'lane_unavailable' }) },
+    saturated: lane => rejected.inc({ lane, reason: 'gateway_cap' }),
+  }
 
   const ops = { schema: { hide: true }, config: { pressureHandler: () => undefined } }
   registerProcessOps(app, { registry, routeOptions: ops })
@@ -106,7 +109,7 @@ export async function buildApp (cfg: GatewayConfig) {
         const fields = panFields(req.body)
         if (fields.length > 0) throw new AppError('ERR_PAN_NOT_ACCEPTED', { detail: `fields ${fields.join(', ')} hold a raw card number; send a card token`, extensions: { fields } })
       },
-      handler: (req, reply) => proxy(req, reply, spec, upstreams[spec.lane], laneUnavailable),
+      handler: (req, reply) => proxy(req, reply, spec, upstreams[spec.lane], counters),
     })
   }
 
@@ -114,12 +117,22 @@ export async function buildApp (cfg: GatewayConfig) {
   return { app, registry, upstreams }
 }
 
-interface UnavailableCounter { inc (labels: { lane: string, reason: string }): void }
+interface ProxyCounters {
+  unavailable (labels: { lane: string, reason: string }): void
+  saturated (lane: LaneName): void
+}
 
-async function proxy (req: FastifyRequest, reply: FastifyReply, spec: RouteSpec, up: Upstream, unavailable: UnavailableCounter): Promise<unknown> {
+async function proxy (req: FastifyRequest, reply: FastifyReply, spec: RouteSpec, up: Upstream, count: ProxyCounters): Promise<unknown> {
   if (up.inflight >= up.cap) {
-    unavailable.inc({ lane: up.lane, reason: 'cap_full' })
-    throw new AppError('ERR_LANE_UNAVAILABLE', { detail: `lane ${up.lane} has ${up.inflight} requests in flight at the gateway (cap ${up.cap})` })
+    const detail = `lane ${up.lane} has ${up.inflight} requests in flight at the gateway (cap ${up.cap})`
+    // DESIGN §2: a full cap on a lane that is up is saturation, answered as the
+    // lane would; a lane whose last request failed at the transport is down.
+    if (!up.reachable) {
+      count.unavailable({ lane: up.lane, reason: 'cap_full' })
+      throw new AppError('ERR_LANE_UNAVAILABLE', { detail: `${detail}, and it is not answering` })
+    }
+    count.saturated(up.lane)
+    throw saturationError(up.lane, detail, { name: `gateway-${up.lane}`, quota: up.cap })
   }
   up.inflight++
   const ac = new AbortController()
@@ -136,14 +149,16 @@ async function proxy (req: FastifyRequest, reply: FastifyReply, spec: RouteSpec,
     if (spec.method === 'POST') { headers['content-type'] = 'application/json'; body = JSON.stringify(req.body) }
     const res = await up.pool.request({ method: spec.method, path: req.url, headers, body, signal: ac.signal })
     const payload = Buffer.from(await res.body.arrayBuffer())
+    up.reachable = true
     for (const [k, v] of Object.entries(res.headers)) {
       if (v !== undefined && !DROP_RESPONSE.has(k)) reply.header(k, v)
     }
     return reply.code(res.statusCode).send(payload)
   } catch (err) {
     if (ac.signal.aborted) return reply.hijack()
+    up.reachable = false
     const code = (err as { code?: string }).code ?? 'error'
-    unavailable.inc({ lane: up.lane, reason: code })
+    count.unavailable({ lane: up.lane, reason: code })
     req.log.warn({ lane: up.lane, code }, 'lane unavailable')
     throw new AppError('ERR_LANE_UNAVAILABLE', { detail: `lane ${up.lane} is unavailable (${code})` })
   } finally {

@@ -1,7 +1,8 @@
 // One undici Pool per lane, built from the lane table, each with its own
 // in-flight cap. A lane that is down or hung can pile up at most its cap here,
 // and only its own routes fail (ERR_LANE_UNAVAILABLE); other lanes' pools and
-// sockets are untouched.
+// sockets are untouched. A full cap on a lane that answers is saturation, and
+// the gateway gives the lane's own saturation answer (gateway/app.ts).
 import type { Pool } from 'undici'
 import { createOriginPool } from '../shared/lane-kit/http.ts'
 import { LANE_NAMES, type LaneLimits, type LaneName } from '../shared/lanes.ts'
@@ -13,6 +14,12 @@ export interface Upstream {
   readonly timeoutMs: number
   readonly pool: Pool
   inflight: number
+  /**
+   * Whether the lane answered the last request that ended (any status), as
+   * opposed to failing at the transport (refused, reset, timed out). Starts
+   * true: a lane is presumed up until a request to it fails.
+   */
+  reachable: boolean
 }
 
 export function createUpstreams (limits: Record<LaneName, LaneLimits>, urls: Record<LaneName, string>): Record<LaneName, Upstream> {
@@ -28,6 +35,7 @@ export function createUpstreams (limits: Record<LaneName, LaneLimits>, urls: Rec
       cap: l.gateway.inflightCap,
       timeoutMs,
       inflight: 0,
+      reachable: true,
       pool: createOriginPool(urls[lane], { connections: l.gateway.inflightCap, timeoutMs, connectTimeoutMs: 1_000 }),
     }
   }

@@ -5,7 +5,8 @@
 // the lane's prefix (CARD_AUTH_PERMITS, TAX_QUEUE, FRAUD_POOL_MAX, ...).
 import { Type, type Static } from 'typebox'
 import { loadConfig } from './config.ts'
-import { AppError } from './errors.ts'
+import { AppError, ERRORS } from './errors.ts'
+import { rateLimitFields } from './rate-limit-fields.ts'
 
 export const LANE_NAMES = ['card-auth', 'fraud', 'tax'] as const
 export type LaneName = typeof LANE_NAMES[number]
@@ -21,15 +22,32 @@ export interface LaneDefaults {
   readonly role: string
   readonly schema: string
   readonly port: number
+  /** The lane's answer when it cannot take more (status and Retry-After from the error registry). */
+  readonly saturated: SaturationCode
 }
+
+export type SaturationCode = 'ERR_CARD_AUTH_SATURATED' | 'ERR_FRAUD_SATURATED' | 'ERR_TAX_BULKHEAD_SATURATED'
 
 export const LANE_DEFAULTS: Readonly<Record<LaneName, LaneDefaults>> = Object.freeze({
   // 50 ms of queue wait keeps a queued card authorization inside the 120 ms p99 SLA.
-  'card-auth': { priority: 'P0', permits: 75, queue: 10, queueWaitMs: 50, poolMax: 40, role: 'card_auth_ds', schema: 'card_auth', port: 8101 },
-  fraud: { priority: 'P1', permits: 30, queue: 5, queueWaitMs: 100, poolMax: 15, role: 'fraud_ds', schema: 'fraud', port: 8102 },
-  // INV-BH-02: the tax lane never queues.
-  tax: { priority: 'P2', permits: 15, queue: 0, queueWaitMs: 0, poolMax: 5, role: 'tax_ds', schema: 'tax', port: 8103 },
+  'card-auth': { priority: 'P0', permits: 75, queue: 10, queueWaitMs: 50, poolMax: 40, role: 'card_auth_ds', schema: 'card_auth', port: 8101, saturated: 'ERR_CARD_AUTH_SATURATED' },
+  // Fraud's own overflow is a 202 (queued screening); this is its answer when it cannot queue either.
+  fraud: { priority: 'P1', permits: 30, queue: 5, queueWaitMs: 100, poolMax: 15, role: 'fraud_ds', schema: 'fraud', port: 8102, saturated: 'ERR_FRAUD_SATURATED' },
+  // INV-BH-02: the tax lane never queues. Its overflow is a compensated quote, else this.
+  tax: { priority: 'P2', permits: 15, queue: 0, queueWaitMs: 0, poolMax: 5, role: 'tax_ds', schema: 'tax', port: 8103, saturated: 'ERR_TAX_BULKHEAD_SATURATED' },
 })
+
+/**
+ * A lane's saturation answer (DESIGN §2-3): its code from the lane table, the
+ * registry's status and Retry-After, and the RateLimit fields naming the
+ * capacity that was full (`quota` of it per `windowSeconds`). The gateway
+ * answers with it when its in-flight cap for a lane that is up is full.
+ */
+export function saturationError (lane: LaneName, detail: string, policy: { name: string, quota: number, windowSeconds?: number }): AppError {
+  const code = LANE_DEFAULTS[lane].saturated
+  const fields = rateLimitFields({ name: policy.name, quota: policy.quota, windowSeconds: policy.windowSeconds ?? 1, resetSeconds: ERRORS[code].retryAfter })
+  return new AppError(code, { detail, headers: fields.headers, extensions: fields.extensions })
+}
 
 /** The job queues each lane owns (its async work; the worker loads services/<lane>/jobs). */
 export const LANE_QUEUES: Readonly<Record<LaneName, readonly string[]>> = Object.freeze({

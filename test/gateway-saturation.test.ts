@@ -1,0 +1,67 @@
+// The gateway's capacity answers (DESIGN §2-3). A full in-flight cap on a lane
+// that is up is saturation, answered as the lane would (card-auth: 429
+// ERR_CARD_AUTH_SATURATED with Retry-After and RateLimit fields), counted as
+// bulkhead_rejection_total{reason="gateway_cap"}; 503 ERR_LANE_UNAVAILABLE is
+// only for a lane that is down or unreachable.
+import t from 'tap'
+import { laneLimits } from '../shared/lanes.ts'
+import { testDatabase } from './helpers/db.ts'
+import { startFleet } from './helpers/fleet.ts'
+import { call, eventually, type Res } from './helpers/http.ts'
+
+// One permit, no queue: the gateway's cap for card-auth is 2 x (1 + 0) + 50 = 52.
+const env = { CARD_AUTH_PERMITS: '1', CARD_AUTH_QUEUE: '0' }
+const CAP = laneLimits('card-auth', env).gateway.inflightCap
+const db = await testDatabase(t, env)
+await db.query("insert into card_auth.card_accounts (token, currency, available) values ('tok_cap_1', 'EUR', 1000000000)")
+const fleet = await startFleet(t, db, { lanes: ['card-auth'], env })
+const lane = fleet.lanes['card-auth']!
+t.teardown(() => { lane.proc.kill('SIGCONT') })
+
+const authorize = (key: string): Promise<Res> => fleet.post('/v1/authorizations', { merchantId: 'm_cap', cardToken: 'tok_cap_1', amount: { value: 1, currency: 'EUR' } }, key)
+const dist = (rs: Res[]): Record<string, number> => rs.reduce<Record<string, number>>((m, r) => { const k = `${r.status} ${r.body?.code ?? ''}`; m[k] = (m[k] ?? 0) + 1; return m }, {})
+const counter = async (name: string, labels: string): Promise<number> => {
+  const text = (await call(fleet.gateway.url + '/metrics')).body as string
+  return [...text.matchAll(new RegExp(`^${name}\\{${labels}[^}]*\\} (\\d+)`, 'gm'))].reduce((s, m) => s + Number(m[1]), 0)
+}
+
+t.test('400 authorizations at once with the card-auth cap full: 201 or 429 ERR_CARD_AUTH_SATURATED, never 503', async t => {
+  t.equal((await authorize('cap-warm')).status, 201, 'the lane is up')
+  // Pause the lane so the burst finds the gateway's cap full for certain: it is
+  // up (its last answer came), just not answering for the moment.
+  lane.proc.kill('SIGSTOP')
+  let settled = 0
+  const burst = Array.from({ length: 400 }, (_, i) => authorize(`cap-${i}`).finally(() => { settled++ }))
+  const capped = await eventually(async () => settled >= 400 - CAP, 30_000)
+  lane.proc.kill('SIGCONT')
+  t.ok(capped, `all but the ${CAP} in flight were answered while the lane was paused (${settled})`)
+  const rs = await Promise.all(burst)
+
+  const d = dist(rs)
+  t.same(Object.keys(d).sort(), ['201 ', '429 ERR_CARD_AUTH_SATURATED'].filter(k => d[k]), `every answer 201 or 429 ERR_CARD_AUTH_SATURATED: ${JSON.stringify(d)}`)
+  t.notOk(rs.some(r => r.status === 503), 'none 503')
+  const atGateway = rs.filter(r => r.status === 429 && r.body['violated-policies']?.[0] === `gateway-card-auth`)
+  t.equal(atGateway.length, 400 - CAP, `the gateway answered the ${400 - CAP} over its cap itself`)
+  const g = atGateway[0]!
+  t.match(g.headers['content-type'], /^application\/problem\+json/)
+  t.equal(g.body.type, 'https://watertight.dev/problems/quota-exceeded', 'problem type quota-exceeded')
+  t.equal(g.headers['retry-after'], '1', 'Retry-After as the lane gives it')
+  t.equal(g.headers['ratelimit-policy'], `"gateway-card-auth";q=${CAP};w=1`, 'RateLimit-Policy names the cap')
+  t.equal(g.headers.ratelimit, '"gateway-card-auth";r=0;t=1', 'RateLimit: none left, room again in 1 s')
+  t.equal(await counter('bulkhead_rejection_total', 'lane="card-auth",reason="gateway_cap"'), 400 - CAP, 'counted as bulkhead_rejection_total{reason="gateway_cap"}')
+  t.equal(await counter('gateway_lane_unavailable_total', 'lane="card-auth"'), 0, 'and not as unavailability')
+})
+
+t.test('a lane that is down is still 503 ERR_LANE_UNAVAILABLE, also under a burst', async t => {
+  const tax = await fleet.post('/v1/tax/quotes', { jurisdiction: 'DE', amount: { value: 100, currency: 'EUR' } })
+  t.equal(tax.status, 503, '503')
+  t.equal(tax.body.code, 'ERR_LANE_UNAVAILABLE', 'tax, never started: unavailable')
+  t.ok(tax.headers['retry-after'], 'with Retry-After')
+
+  await lane.kill()
+  t.equal((await authorize('cap-dead')).body.code, 'ERR_LANE_UNAVAILABLE', 'card-auth, stopped: unavailable')
+  const rs = await Promise.all(Array.from({ length: 400 }, (_, i) => authorize(`cap-dead-${i}`)))
+  t.same(dist(rs), { '503 ERR_LANE_UNAVAILABLE': 400 }, 'a burst at a lane that is down: every answer 503 ERR_LANE_UNAVAILABLE, none told it is saturated')
+  t.ok(await counter('gateway_lane_unavailable_total', 'lane="card-auth"') >= 401, 'counted as unavailability')
+})
+
