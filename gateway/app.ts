@@ -13,6 +13,7 @@ import { AppError } from '../shared/errors.ts'
 import { LATENCY_BUCKETS, createRegistry } from '../shared/metrics.ts'
 import { registerProcessOps } from '../shared/process-ops.ts'
 import { saturationError, type LaneLimits, type LaneName } from '../shared/lanes.ts'
+import { rateLimitFields } from '../shared/rate-limit-fields.ts'
 import { panFields } from '../shared/pan.ts'
 import { ROUTES, type RouteSpec } from './classify.ts'
 import { createUpstreams, closeUpstreams, type Upstream } from './upstreams.ts'
@@ -26,6 +27,9 @@ export interface GatewayConfig {
   retry?: RetryGuardConfig
   /** Shed at the edge when the gateway's own event loop lags this much (ms). */
   maxEventLoopDelayMs?: number
+  /** …or its heap or resident memory passes these (bytes; 0 = not checked). */
+  maxHeapUsedBytes?: number
+  maxRssBytes?: number
   logger?: FastifyServerOptions['logger']
 }
 
@@ -52,13 +56,17 @@ export async function buildApp (cfg: GatewayConfig) {
     },
   })
   // The gateway sheds for itself too: when its event loop lags, queueing more
-  // requests only adds latency to every lane's traffic.
+  // requests only adds latency to every lane's traffic. The capacity it names is
+  // what it normally carries at once: the sum of its per-lane in-flight caps.
+  const overloaded = rateLimitFields({ name: 'gateway', quota: Object.values(upstreams).reduce((n, u) => n + u.cap, 0), windowSeconds: 1, resetSeconds: 1 })
   await app.register(underPressure, {
     maxEventLoopDelay: cfg.maxEventLoopDelayMs ?? 500,
+    maxHeapUsedBytes: cfg.maxHeapUsedBytes ?? 0,
+    maxRssBytes: cfg.maxRssBytes ?? 0,
     retryAfter: 1,
     pressureHandler: (_req, reply, type) => {
       shed.inc({ reason: 'under_pressure' })
-      return problemReply(reply, new AppError('ERR_GATEWAY_OVERLOADED', { detail: `gateway under pressure (${type})` })) as unknown as void
+      return problemReply(reply, new AppError('ERR_GATEWAY_OVERLOADED', { detail: `gateway under pressure (${type})`, headers: overloaded.headers, extensions: overloaded.extensions })) as unknown as void
     },
   })
   const guard = await retryGuard(app, cfg.retry ?? RETRY_GUARD_DEFAULTS, reason => blocked.inc({ reason }))

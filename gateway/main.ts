@@ -15,6 +15,8 @@ const cfg = loadConfig(Type.Object({
   FRAUD_URL: Type.String({ default: 'http://127.0.0.1:8102', pattern: '^https?://' }),
   TAX_URL: Type.String({ default: 'http://127.0.0.1:8103', pattern: '^https?://' }),
   GATEWAY_PRESSURE_MAX_EVENT_LOOP_DELAY_MS: Type.Integer({ default: 500, minimum: 10, maximum: 600_000 }),
+  GATEWAY_PRESSURE_MAX_HEAP_BYTES: Type.Integer({ default: 1_536 * 1024 * 1024, minimum: 0, maximum: 2 ** 48 }),
+  GATEWAY_PRESSURE_MAX_RSS_BYTES: Type.Integer({ default: 2_048 * 1024 * 1024, minimum: 0, maximum: 2 ** 48 }),
   RETRY_PER_KEY_ATTEMPTS: Type.Integer({ default: RETRY_GUARD_DEFAULTS.perKeyAttempts, minimum: 1, maximum: 100 }),
   RETRY_WINDOW_MS: Type.Integer({ default: RETRY_GUARD_DEFAULTS.windowMs, minimum: 100, maximum: 3_600_000 }),
   RETRY_BUDGET_RATIO: Type.Number({ default: RETRY_GUARD_DEFAULTS.budgetRatio, minimum: 0, maximum: 1 }),
@@ -35,6 +37,8 @@ const { app } = await buildApp({
     budgetFloor: cfg.RETRY_BUDGET_FLOOR, clientRateMax: cfg.CLIENT_RATE_MAX, clientRateWindowMs: cfg.CLIENT_RATE_WINDOW_MS,
   },
   maxEventLoopDelayMs: cfg.GATEWAY_PRESSURE_MAX_EVENT_LOOP_DELAY_MS,
+  maxHeapUsedBytes: cfg.GATEWAY_PRESSURE_MAX_HEAP_BYTES,
+  maxRssBytes: cfg.GATEWAY_PRESSURE_MAX_RSS_BYTES,
   logger: loggerOptions('gateway'),
 })
 await app.listen({ port: cfg.GATEWAY_PORT, host: cfg.GATEWAY_HOST })

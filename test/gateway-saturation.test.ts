@@ -2,11 +2,13 @@
 // that is up is saturation, answered as the lane would (card-auth: 429
 // ERR_CARD_AUTH_SATURATED with Retry-After and RateLimit fields), counted as
 // bulkhead_rejection_total{reason="gateway_cap"}; 503 ERR_LANE_UNAVAILABLE is
-// only for a lane that is down or unreachable.
+// only for a lane that is down or unreachable. The gateway's own shedding
+// (ERR_GATEWAY_OVERLOADED) carries RateLimit fields too.
 import t from 'tap'
 import { laneLimits } from '../shared/lanes.ts'
 import { testDatabase } from './helpers/db.ts'
 import { startFleet } from './helpers/fleet.ts'
+import { startLoneGateway } from './helpers/gateway.ts'
 import { call, eventually, type Res } from './helpers/http.ts'
 
 // One permit, no queue: the gateway's cap for card-auth is 2 x (1 + 0) + 50 = 52.
@@ -15,6 +17,7 @@ const CAP = laneLimits('card-auth', env).gateway.inflightCap
 const db = await testDatabase(t, env)
 await db.query("insert into card_auth.card_accounts (token, currency, available) values ('tok_cap_1', 'EUR', 1000000000)")
 const fleet = await startFleet(t, db, { lanes: ['card-auth'], env })
+const pressed = await startLoneGateway(t, { GATEWAY_PRESSURE_MAX_HEAP_BYTES: '1' })
 const lane = fleet.lanes['card-auth']!
 t.teardown(() => { lane.proc.kill('SIGCONT') })
 
@@ -65,3 +68,17 @@ t.test('a lane that is down is still 503 ERR_LANE_UNAVAILABLE, also under a burs
   t.ok(await counter('gateway_lane_unavailable_total', 'lane="card-auth"') >= 401, 'counted as unavailability')
 })
 
+t.test('the gateway under pressure: 503 ERR_GATEWAY_OVERLOADED with Retry-After and RateLimit fields', async t => {
+  // A heap limit of 1 byte: the gateway is always under pressure once it has sampled.
+  const r = await eventually(async () => {
+    const x = await pressed.post('/v1/authorizations', { merchantId: 'm', cardToken: 'tok_x', amount: { value: 1, currency: 'EUR' } }, 'pressed-1')
+    return x.body?.code === 'ERR_GATEWAY_OVERLOADED' ? x : undefined
+  })
+  t.ok(r, 'shed by the gateway itself')
+  t.equal(r!.status, 503, '503')
+  t.equal(r!.body.type, 'https://watertight.dev/problems/temporary-reduced-capacity', 'problem type temporary-reduced-capacity')
+  t.equal(r!.headers['retry-after'], '1', 'Retry-After kept')
+  t.match(r!.headers['ratelimit-policy'], /^"gateway";q=\d+;w=1$/, 'RateLimit-Policy')
+  t.equal(r!.headers.ratelimit, '"gateway";r=0;t=1', 'RateLimit')
+  t.same(r!.body['violated-policies'], ['gateway'], 'violated-policies')
+})

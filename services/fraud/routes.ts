@@ -8,6 +8,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify'
 import type pg from 'pg'
 import { IdParams, ScreeningRequest } from '../../shared/api-schemas.ts'
 import { AppError } from '../../shared/errors.ts'
+import { saturationError } from '../../shared/lanes.ts'
 import type { LaneKit } from '../../shared/lane-kit/build-lane-app.ts'
 import type { LaneResult } from '../../shared/lane-kit/admission.ts'
 import { connectWithin } from '../../shared/db/pool.ts'
@@ -27,6 +28,8 @@ const SEEN = 'select fingerprint, response from fraud.screenings where client_id
 
 export function fraudRoutes (weights: ScoringWeights) {
   return (app: FastifyInstance, kit: LaneKit): void => {
+    // 503 ERR_FRAUD_SATURATED with Retry-After and the RateLimit fields of the lane's permits.
+    const saturated = (detail: string) => saturationError('fraud', detail, { name: 'fraud', quota: kit.limits.permits })
     const answer = (row: Row, fp: string, fresh: boolean): LaneResult => {
       if (!fresh) return replay({ ...row, status: statusOf(row.response) }, fp)
       return { status: statusOf(row.response), body: row.response, headers: { location: `/v1/fraud/screenings/${row.response.id}` } }
@@ -51,7 +54,7 @@ export function fraudRoutes (weights: ScoringWeights) {
       const body = req.body as ScreeningRequest
       const fp = fingerprint(body)
       const id = crypto.randomUUID()
-      const c = await connectWithin(kit.pool, CONNECT_BUDGET_MS, () => new AppError('ERR_FRAUD_SATURATED', { detail: 'fraud lane saturated and no database connection free to queue the screening' }))
+      const c = await connectWithin(kit.pool, CONNECT_BUDGET_MS, () => saturated('fraud lane saturated and no database connection free to queue the screening'))
       try {
         const { rows } = await c.query<Row & { inserted: boolean }>(
           `with ins as (
@@ -93,6 +96,6 @@ export function fraudRoutes (weights: ScoringWeights) {
       const r = rows[0]
       if (!r) throw new AppError('ERR_NOT_FOUND', { detail: `no screening ${id}` })
       return { status: 200, body: r.status === 'final' ? { ...r.response, status: 'final', score: r.score, decision: r.decision, reasons: r.reasons } : r.response }
-    }, () => { throw new AppError('ERR_FRAUD_SATURATED') }))
+    }, () => { throw saturated('fraud lane saturated: every permit busy and the queue full') }))
   }
 }

@@ -2,6 +2,7 @@
 // overflow is queued on fraud-async (202, async, with Location), every queued one
 // ends final, none is lost or scored twice, and the worker never runs more than
 // the queue's MaxWorkers at once. Replays return the first answer.
+import pg from 'pg'
 import t from 'tap'
 import { updateQueue } from '../../shared/queue/admin.ts'
 import { testDatabase } from '../helpers/db.ts'
@@ -66,4 +67,26 @@ t.test('replays return the first answer, sync or async', async t => {
   t.equal(r2.body.status, 'queued', 'with the first body')
   const reuse = await fleet.post('/v1/fraud/screenings', { cardToken: 'tok_other', merchantId: 'm_f', amount: { value: 5, currency: 'EUR' } }, 'fr-2')
   t.equal(reuse.body.code, 'ERR_IDEMPOTENCY_KEY_REUSED')
+})
+
+t.test('saturated and unable to queue: 503 ERR_FRAUD_SATURATED with Retry-After and RateLimit fields', async t => {
+  // Both permits held: two screenings block on a lock of their table taken from outside.
+  const locker = new pg.Client({ connectionString: db.superUrl })
+  await locker.connect()
+  t.teardown(() => locker.end())
+  await locker.query('begin')
+  await locker.query('lock table fraud.screenings in exclusive mode')
+  const held = [screen(900, 'fr-held-1'), screen(901, 'fr-held-2')]
+  t.ok(await eventually(async () => (await fleet.status('fraud')).active === 2), 'every permit is busy')
+  // A read cannot be queued as a screening: past the queue it is refused.
+  const r = await fleet.get('/v1/fraud/screenings/00000000-0000-4000-8000-000000000000')
+  await locker.query('rollback')
+  t.same((await Promise.all(held)).map(x => x.status), [200, 200], 'the held screenings finish once the lock is gone')
+  t.equal(r.status, 503, '503')
+  t.equal(r.body.code, 'ERR_FRAUD_SATURATED')
+  t.equal(r.body.type, 'https://watertight.dev/problems/temporary-reduced-capacity', 'problem type temporary-reduced-capacity')
+  t.equal(r.headers['retry-after'], '5', 'Retry-After: 5')
+  t.equal(r.headers['ratelimit-policy'], `"fraud";q=${env.FRAUD_PERMITS};w=1`, 'RateLimit-Policy: the lane\'s permits')
+  t.equal(r.headers.ratelimit, '"fraud";r=0;t=5', 'RateLimit: none left, room again in 5 s')
+  t.same(r.body['violated-policies'], ['fraud'], 'violated-policies')
 })
