@@ -65,7 +65,7 @@ export function createHttpApp (opts: HttpAppOptions = {}): FastifyInstance {
   app.addHook('onSend', async (req, reply) => {
     reply.header('x-request-id', req.id)
     // Answered before the whole body arrived: read the rest away first (bounded), or close.
-    if (!req.raw.complete && !(await drainRequest(req.raw, drain))) reply.header('connection', 'close')
+    if (!bodyIn(req.raw) && !(await drainRequest(req.raw, drain))) reply.header('connection', 'close')
   })
   app.addHook('onResponse', async (req, reply) => {
     if (OPS_PATH.test(req.url)) return
@@ -82,6 +82,9 @@ export function createHttpApp (opts: HttpAppOptions = {}): FastifyInstance {
   return app
 }
 
+/** The whole request has arrived (`readableEnded` too: a request not from a socket has no `complete`). */
+const bodyIn = (raw: IncomingMessage): boolean => raw.complete || raw.readableEnded
+
 /**
  * Read and discard what is left of a request body, at most `maxBytes` more or for
  * `maxMs`. True when the body ended (the connection is clean and may be reused),
@@ -89,7 +92,7 @@ export function createHttpApp (opts: HttpAppOptions = {}): FastifyInstance {
  * caller must close the connection.
  */
 export function drainRequest (raw: IncomingMessage, bounds: DrainBounds): Promise<boolean> {
-  if (raw.complete) return Promise.resolve(true)
+  if (bodyIn(raw)) return Promise.resolve(true)
   if (raw.destroyed) return Promise.resolve(false)
   return new Promise(resolve => {
     let bytes = 0
@@ -101,7 +104,7 @@ export function drainRequest (raw: IncomingMessage, bounds: DrainBounds): Promis
     }
     const onData = (chunk: Buffer): void => { bytes += chunk.length; if (bytes > bounds.maxBytes) finish(false) }
     const onEnd = (): void => finish(true)
-    const onGone = (): void => finish(raw.complete)
+    const onGone = (): void => finish(bodyIn(raw))
     const timer = setTimeout(() => finish(false), bounds.maxMs)
     raw.on('data', onData).once('end', onEnd).once('error', onGone).once('close', onGone)
     raw.resume()
