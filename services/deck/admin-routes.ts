@@ -1,6 +1,9 @@
-// The admin API behind The Deck. Reads come from the collector (lanes) and from
-// PostgreSQL through the deck's own role (queues); every change is logged with
-// who made it and what it was before and after.
+// The admin API behind The Deck, an encapsulated plugin (app.ts mounts it at
+// /admin): its onRequest hook authenticates every route registered inside it,
+// whatever URL reached the route. It does not lean on the deck's default deny
+// (admin-auth.ts), nor that on it. Reads come from the collector (lanes) and
+// from PostgreSQL through the deck's own role (queues); every change is logged
+// with who made it and what it was before and after.
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import type pg from 'pg'
 import { Type } from 'typebox'
@@ -8,13 +11,13 @@ import type { Agent } from 'undici'
 import { QueueName, QueuePatchBody, RequeueBody, SandboxFaults } from '../../shared/admin-schemas.ts'
 import { AppError } from '../../shared/errors.ts'
 import { listDead, queueStats, requeueDead, updateQueue, type QueueStats } from '../../shared/queue/admin.ts'
-import type { Operator } from './admin-auth.ts'
+import type { RequireAdmin } from './admin-auth.ts'
 import type { Collector } from './collector.ts'
 
 export interface AdminDeps {
   collector: Collector
   pool: pg.Pool
-  requireAdmin: (req: FastifyRequest) => Operator
+  requireAdmin: RequireAdmin
   /** The tax sandbox, for local and demo runs only; fault injection is off without it. */
   sandboxUrl: string | undefined
   /** The deck's own HTTP client for the sandbox. */
@@ -28,9 +31,8 @@ const SANDBOX_TIMEOUT_MS = 2_000
 
 const view = (q: QueueStats) => ({ ...q, running: q.jobs.fetched + q.jobs.processing })
 
-export function registerAdminRoutes (app: FastifyInstance, d: AdminDeps): void {
+export async function adminRoutes (app: FastifyInstance, d: AdminDeps): Promise<void> {
   app.addHook('onRequest', async (req, reply) => {
-    if (!req.url.startsWith('/admin/') && req.url !== '/admin') return
     reply.header('cache-control', 'no-store')
     req.operator = d.requireAdmin(req)
   })
@@ -43,7 +45,7 @@ export function registerAdminRoutes (app: FastifyInstance, d: AdminDeps): void {
     return q
   }
 
-  app.get('/admin/lanes', async () => {
+  app.get('/lanes', async () => {
     const all = d.collector.snapshot()
     return {
       pollMs: d.collector.pollMs,
@@ -54,14 +56,14 @@ export function registerAdminRoutes (app: FastifyInstance, d: AdminDeps): void {
     }
   })
 
-  app.get('/admin/timeline', { schema: { querystring: Type.Object({ seconds: Type.Optional(Count) }, { additionalProperties: false }) } }, async req => {
+  app.get('/timeline', { schema: { querystring: Type.Object({ seconds: Type.Optional(Count) }, { additionalProperties: false }) } }, async req => {
     const seconds = Math.min(3_600, Number((req.query as { seconds?: string }).seconds ?? 300))
     return { pollMs: d.collector.pollMs, points: d.collector.timeline(seconds) }
   })
 
-  app.get('/admin/queues', async () => ({ queues: (await queueStats(d.pool)).map(view) }))
+  app.get('/queues', async () => ({ queues: (await queueStats(d.pool)).map(view) }))
 
-  app.patch('/admin/queues/:name', { schema: { params: NameParams, body: QueuePatchBody } }, async req => {
+  app.patch('/queues/:name', { schema: { params: NameParams, body: QueuePatchBody } }, async req => {
     const { name } = req.params as { name: string }
     const patch = req.body as QueuePatchBody
     const before = await queueOr404(name)
@@ -72,13 +74,13 @@ export function registerAdminRoutes (app: FastifyInstance, d: AdminDeps): void {
     return view(after)
   })
 
-  app.get('/admin/queues/:name/dead', { schema: { params: NameParams, querystring: Type.Object({ limit: Type.Optional(Count) }, { additionalProperties: false }) } }, async req => {
+  app.get('/queues/:name/dead', { schema: { params: NameParams, querystring: Type.Object({ limit: Type.Optional(Count) }, { additionalProperties: false }) } }, async req => {
     const { name } = req.params as { name: string }
     await queueOr404(name)
     return { queue: name, jobs: await listDead(d.pool, name, Math.min(1_000, Number((req.query as { limit?: string }).limit ?? 100))) }
   })
 
-  app.post('/admin/queues/:name/dead/requeue', { schema: { params: NameParams, body: RequeueBody } }, async req => {
+  app.post('/queues/:name/dead/requeue', { schema: { params: NameParams, body: RequeueBody } }, async req => {
     const { name } = req.params as { name: string }
     const { ids } = req.body as RequeueBody
     await queueOr404(name)
@@ -101,15 +103,11 @@ export function registerAdminRoutes (app: FastifyInstance, d: AdminDeps): void {
       throw new AppError('ERR_SANDBOX_UNAVAILABLE', { detail: `the tax sandbox did not take the change: ${(err as Error).message}`, cause: err })
     }
   }
-  app.get('/admin/faults/tax', async () => sandbox('GET'))
-  app.put('/admin/faults/tax', { schema: { body: SandboxFaults } }, async req => {
+  app.get('/faults/tax', async () => sandbox('GET'))
+  app.put('/faults/tax', { schema: { body: SandboxFaults } }, async req => {
     const before = await sandbox('GET')
     const after = await sandbox('PUT', req.body)
     change(req, { action: 'faults.tax', before, after })
     return after
   })
-}
-
-declare module 'fastify' {
-  interface FastifyRequest { operator?: Operator }
 }

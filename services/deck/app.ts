@@ -1,5 +1,6 @@
-// The deck's composition root: page, admin API, and its own health and metrics.
-// It never listens (main.ts does), so tests can listen on port 0.
+// The deck's composition root: default deny, page, its own health and metrics,
+// and the admin API. It never listens (main.ts does), so tests can listen on
+// port 0.
 import type { FastifyServerOptions } from 'fastify'
 import type pg from 'pg'
 import client from 'prom-client'
@@ -7,8 +8,8 @@ import { createHttpApp } from '../../shared/http-app.ts'
 import { createHttpAgent } from '../../shared/lane-kit/http.ts'
 import { createRegistry } from '../../shared/metrics.ts'
 import { registerProcessOps } from '../../shared/process-ops.ts'
-import { adminGuard } from './admin-auth.ts'
-import { registerAdminRoutes } from './admin-routes.ts'
+import { OPEN, adminGuard, denyByDefault } from './admin-auth.ts'
+import { adminRoutes } from './admin-routes.ts'
 import type { Collector } from './collector.ts'
 import { registerPage } from './page.ts'
 
@@ -20,17 +21,29 @@ export interface DeckOptions {
   logger?: FastifyServerOptions['logger']
 }
 
-export function buildDeckApp (o: DeckOptions) {
-  const app = createHttpApp({ logger: o.logger })
+function deckRegistry (collector: Collector): client.Registry {
   const registry = createRegistry('deck')
   new client.Gauge({
     name: 'deck_target_up', help: 'Whether the deck reached the process at its last poll', labelNames: ['target', 'kind'], registers: [registry],
-    collect () { for (const s of o.collector.snapshot()) this.set({ target: s.name, kind: s.kind }, s.up ? 1 : 0) },
+    collect () { for (const s of collector.snapshot()) this.set({ target: s.name, kind: s.kind }, s.up ? 1 : 0) },
   })
-  registerPage(app)
+  return registry
+}
+
+export function buildDeckApp (o: DeckOptions) {
+  const app = createHttpApp({ logger: o.logger })
+  const requireAdmin = adminGuard(o.adminToken)
   const http = createHttpAgent({ connections: 2, timeoutMs: 2_000 })
   app.addHook('onClose', async () => { await http.close() })
-  registerAdminRoutes(app, { collector: o.collector, pool: o.pool, requireAdmin: adminGuard(o.adminToken), sandboxUrl: o.sandboxUrl, http })
-  registerProcessOps(app, { registry, pool: o.pool })
+  app.register(denyByDefault, { requireAdmin })
+  registerPage(app)
+  // Open without the token, besides the page: /health/live and /health/ready for
+  // the kubelet's probes (deploy/k8s/deck.yaml: plain httpGet, no header) and
+  // /metrics for Prometheus (deploy/prometheus/prometheus.yml and the pod's
+  // prometheus.io annotations: scraped with no credentials). They carry no fleet
+  // data beyond up/down per target and change nothing; NetworkPolicy and the
+  // ClusterIP Service keep the port itself private.
+  registerProcessOps(app, { registry: deckRegistry(o.collector), pool: o.pool, routeOptions: { config: OPEN } })
+  app.register(adminRoutes, { prefix: '/admin', collector: o.collector, pool: o.pool, requireAdmin, sandboxUrl: o.sandboxUrl, http })
   return app
 }

@@ -1,10 +1,12 @@
 // The page's files: a fixed table loaded once at boot, so no request path ever
-// reaches the filesystem. uPlot (a small, well-kept time-series chart) is served
-// from its npm package.
+// reaches the filesystem. They are OPEN (no token): the page holds no data and
+// asks for the token itself. uPlot (a small, well-kept time-series chart) is
+// served from its npm package.
 import fs from 'node:fs'
 import { createRequire } from 'node:module'
 import path from 'node:path'
 import type { FastifyInstance } from 'fastify'
+import { OPEN } from './admin-auth.ts'
 
 const here = path.join(import.meta.dirname, 'public')
 const uplot = path.dirname(createRequire(import.meta.url).resolve('uplot/dist/uPlot.iife.min.js'))
@@ -23,7 +25,7 @@ const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 's
 export function registerPage (app: FastifyInstance): void {
   for (const [route, { file, type }] of Object.entries(FILES)) {
     const body = fs.readFileSync(file)
-    app.get(route, async (_req, reply) => reply.type(type).header('cache-control', 'no-cache').send(body))
+    app.get(route, { config: OPEN }, async (_req, reply) => reply.type(type).header('cache-control', 'no-cache').send(body))
   }
   app.addHook('onSend', async (_req, reply) => {
     reply.header('content-security-policy', CSP)
