@@ -7,6 +7,7 @@ import { Type, type Static } from 'typebox'
 import { loadConfig } from './config.ts'
 import { AppError, ERRORS } from './errors.ts'
 import { rateLimitFields } from './rate-limit-fields.ts'
+import { PRESSURE_SCHEMA_PROPERTIES, toPressureLimits, type PressureLimits } from './pressure-config.ts'
 
 export const LANE_NAMES = ['card-auth', 'fraud', 'tax'] as const
 export type LaneName = typeof LANE_NAMES[number]
@@ -97,10 +98,7 @@ function laneSchema (d: LaneDefaults, workerPool: number) {
     STATE_SATURATED_EXIT_BELOW: num(0.8, 0.01, 1),
     STATE_RECOVER_BELOW: num(0.6, 0.01, 1),
     STATE_RECOVER_WINDOW_MS: int(10_000, 0, 3_600_000),
-    PRESSURE_MAX_EVENT_LOOP_DELAY_MS: int(1_000, 0, 600_000),
-    PRESSURE_MAX_EVENT_LOOP_UTILIZATION: num(0.98, 0, 1),
-    PRESSURE_MAX_HEAP_BYTES: int(1_536 * 1024 * 1024, 0, 2 ** 48),
-    PRESSURE_MAX_RSS_BYTES: int(2_048 * 1024 * 1024, 0, 2 ** 48),
+    ...PRESSURE_SCHEMA_PROPERTIES,
     PORT: int(d.port, 0, 65_535),
     HOST: Type.String({ default: '127.0.0.1' }),
     ROLE_PREFIX: Type.String({ default: '', pattern: '^[a-z0-9_]*$', maxLength: 30 }),
@@ -128,7 +126,7 @@ export interface LaneLimits {
     readonly idleInTxTimeoutMs: number
   }
   readonly state: { readonly saturatedExitBelow: number, readonly recoverBelow: number, readonly recoverWindowMs: number }
-  readonly pressure: { readonly maxEventLoopDelayMs: number, readonly maxEventLoopUtilization: number, readonly maxHeapUsedBytes: number, readonly maxRssBytes: number }
+  readonly pressure: PressureLimits
   readonly gateway: { readonly inflightCap: number }
   readonly port: number
   readonly host: string
@@ -165,7 +163,7 @@ export function laneLimits (lane: LaneName, env: Record<string, string | undefin
       idleInTxTimeoutMs: c.IDLE_IN_TX_TIMEOUT_MS,
     }),
     state: Object.freeze({ saturatedExitBelow: c.STATE_SATURATED_EXIT_BELOW, recoverBelow: c.STATE_RECOVER_BELOW, recoverWindowMs: c.STATE_RECOVER_WINDOW_MS }),
-    pressure: Object.freeze({ maxEventLoopDelayMs: c.PRESSURE_MAX_EVENT_LOOP_DELAY_MS, maxEventLoopUtilization: c.PRESSURE_MAX_EVENT_LOOP_UTILIZATION, maxHeapUsedBytes: c.PRESSURE_MAX_HEAP_BYTES, maxRssBytes: c.PRESSURE_MAX_RSS_BYTES }),
+    pressure: toPressureLimits(c),
     gateway: Object.freeze({ inflightCap: gatewayCap(c.PERMITS, c.QUEUE) }),
     port: c.PORT,
     host: c.HOST,

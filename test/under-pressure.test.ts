@@ -1,7 +1,7 @@
 // @fastify/under-pressure on a lane: past a pressure limit (here a heap limit
 // of 1 byte, so the process is always "under pressure") data routes answer 503
-// ERR_LANE_OVERLOADED with Retry-After, readiness fails, liveness and metrics
-// still answer, and the shed requests are counted.
+// ERR_LANE_OVERLOADED with Retry-After and the RateLimit fields, readiness
+// fails, liveness and metrics still answer, and the shed requests are counted.
 import t from 'tap'
 import { testDatabase } from './helpers/db.ts'
 import { startFleet } from './helpers/fleet.ts'
@@ -16,8 +16,12 @@ t.test('a lane under pressure sheds with ERR_LANE_OVERLOADED; other lanes are un
   const r = await eventually(async () => { const x = await fleet.post('/v1/fraud/screenings', { cardToken: 'tok_abcd', merchantId: 'm', amount: { value: 1, currency: 'EUR' } }); return x.status === 503 ? x : undefined }, 5_000, 100)
   t.ok(r, 'shed')
   t.equal(r!.body.code, 'ERR_LANE_OVERLOADED')
-  t.ok(r!.headers['retry-after'], 'Retry-After')
+  t.equal(r!.headers['retry-after'], '5', 'Retry-After')
   t.match(r!.headers['content-type'], /problem\+json/)
+  t.match(r!.body.type, /temporary-reduced-capacity$/)
+  t.equal(r!.headers['ratelimit-policy'], '"fraud-pressure";q=0;w=5', 'RateLimit-Policy, through the gateway')
+  t.equal(r!.headers.ratelimit, '"fraud-pressure";r=0;t=5', 'RateLimit')
+  t.same(r!.body['violated-policies'], ['fraud-pressure'], 'violated-policies')
   t.equal((await call(lane + '/health/live')).status, 200, 'alive')
   const ready = await call(lane + '/health/ready')
   t.equal(ready.status, 503, 'not ready')
