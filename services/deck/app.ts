@@ -1,12 +1,14 @@
-// The deck's composition root: default deny, page, its own health and metrics,
-// and the admin API. It never listens (main.ts does), so tests can listen on
-// port 0.
+// The deck's composition root: health check, default deny, page, its own
+// health and metrics, and the admin API. It never listens (main.ts does), so
+// tests can listen on port 0.
 import type { FastifyServerOptions } from 'fastify'
 import type pg from 'pg'
 import client from 'prom-client'
+import healthCheck from '../../shared/health-check.ts'
 import { createHttpApp } from '../../shared/http-app.ts'
 import { createHttpAgent } from '../../shared/lane-kit/http.ts'
 import { createRegistry } from '../../shared/metrics.ts'
+import { DEFAULT_PRESSURE_LIMITS, type PressureLimits } from '../../shared/pressure-config.ts'
 import { registerProcessOps } from '../../shared/process-ops.ts'
 import { OPEN, adminGuard, denyByDefault } from './admin-auth.ts'
 import { adminRoutes } from './admin-routes.ts'
@@ -18,6 +20,7 @@ export interface DeckOptions {
   pool: pg.Pool
   collector: Collector
   sandboxUrl?: string | undefined
+  pressure?: PressureLimits
   logger?: FastifyServerOptions['logger']
 }
 
@@ -35,6 +38,10 @@ export function buildDeckApp (o: DeckOptions) {
   const requireAdmin = adminGuard(o.adminToken)
   const http = createHttpAgent({ connections: 2, timeoutMs: 2_000 })
   app.addHook('onClose', async () => { await http.close() })
+  // Its database is checked and reported (/health/ready) but does not shed the
+  // deck: /admin/lanes and the page need no database, and an operator must still
+  // see the fleet while PostgreSQL is down.
+  app.register(healthCheck, { name: 'deck', limits: o.pressure ?? DEFAULT_PRESSURE_LIMITS, db: { pool: o.pool, shed: false } })
   app.register(denyByDefault, { requireAdmin })
   registerPage(app)
   // Open without the token, besides the page: /health/live and /health/ready for
@@ -43,7 +50,7 @@ export function buildDeckApp (o: DeckOptions) {
   // prometheus.io annotations: scraped with no credentials). They carry no fleet
   // data beyond up/down per target and change nothing; NetworkPolicy and the
   // ClusterIP Service keep the port itself private.
-  registerProcessOps(app, { registry: deckRegistry(o.collector), pool: o.pool, routeOptions: { config: OPEN } })
+  registerProcessOps(app, { registry: deckRegistry(o.collector), healthCheck: true, routeOptions: { config: OPEN } })
   app.register(adminRoutes, { prefix: '/admin', collector: o.collector, pool: o.pool, requireAdmin, sandboxUrl: o.sandboxUrl, http })
   return app
 }

@@ -6,6 +6,7 @@ import { onShutdown } from '../../shared/lifecycle.ts'
 import { loggerOptions } from '../../shared/http-app.ts'
 import { DECK_ROLE, LANE_NAMES, deckRoleName, envPrefix, laneLimits, laneUrl } from '../../shared/lanes.ts'
 import { assertRole, createRolePool } from '../../shared/db/pool.ts'
+import { pressureLimits } from '../../shared/pressure-config.ts'
 import { buildDeckApp } from './app.ts'
 import { Collector, type Target } from './collector.ts'
 
@@ -29,6 +30,8 @@ const cfg = loadConfig(Type.Object({
   DECK_TARGET_TIMEOUT_MS: Type.Integer({ default: 500, minimum: 50, maximum: 2_000 }),
   DECK_HISTORY_SECONDS: Type.Integer({ default: 600, minimum: 60, maximum: 86_400 }),
 }), process.env)
+// DECK_PRESSURE_MAX_EVENT_LOOP_DELAY_MS / _UTILIZATION / _HEAP_BYTES / _RSS_BYTES
+const pressure = pressureLimits('DECK_')
 if (cfg.DECK_TARGET_TIMEOUT_MS > cfg.DECK_POLL_MS) {
   console.error(JSON.stringify({ level: 'fatal', code: 'ERR_CONFIG_INVALID', msg: 'DECK_TARGET_TIMEOUT_MS must not exceed DECK_POLL_MS' }))
   process.exit(1)
@@ -43,7 +46,7 @@ const targets: Target[] = [
 
 const pool = createRolePool(cfg.DATABASE_URL, { max: DECK_ROLE.poolMax, applicationName: 'watertight-deck' })
 const collector = new Collector({ targets, pollMs: cfg.DECK_POLL_MS, timeoutMs: cfg.DECK_TARGET_TIMEOUT_MS, historySeconds: cfg.DECK_HISTORY_SECONDS })
-const app = buildDeckApp({ adminToken: cfg.ADMIN_TOKEN, pool, collector, sandboxUrl: cfg.TAX_SANDBOX_URL, logger: loggerOptions('deck') })
+const app = buildDeckApp({ adminToken: cfg.ADMIN_TOKEN, pool, collector, sandboxUrl: cfg.TAX_SANDBOX_URL, pressure, logger: loggerOptions('deck') })
 app.addHook('onClose', async () => { await collector.stop(); await pool.end() })
 try {
   await assertRole(pool, deckRoleName())

@@ -1,13 +1,17 @@
 // The tax sandbox: a stand-in for the third-party tax API, with fault injection
 // (latency, jitter, error rate, hang, connection reset) settable at runtime.
-// It is not a lane: it plays the slow dependency of INC-4491.
+// It is not a lane: it plays the slow dependency of INC-4491. Like every
+// process it sheds under pressure (shared/health-check.ts); a fault it is told
+// to play (latency, hang) is not pressure, so the drills still see the fault.
 import type { FastifyServerOptions } from 'fastify'
 import { SandboxFaults } from '../../shared/admin-schemas.ts'
 import { TaxQuoteRequest } from '../../shared/api-schemas.ts'
 import { createHttpApp } from '../../shared/http-app.ts'
 import { AppError } from '../../shared/errors.ts'
 import client from 'prom-client'
+import healthCheck from '../../shared/health-check.ts'
 import { createRegistry } from '../../shared/metrics.ts'
+import { DEFAULT_PRESSURE_LIMITS, type PressureLimits } from '../../shared/pressure-config.ts'
 import { registerProcessOps } from '../../shared/process-ops.ts'
 import { rateFor } from './rates.ts'
 
@@ -17,16 +21,17 @@ export type Faults = SandboxFaults
 
 const NORMAL: Faults = Object.freeze({ latencyMs: 0, jitterMs: 0, errorRate: 0, mode: 'normal' })
 
-export function buildApp (opts: { logger?: FastifyServerOptions['logger'], random?: () => number } = {}) {
+export function buildApp (opts: { logger?: FastifyServerOptions['logger'], random?: () => number, pressure?: PressureLimits } = {}) {
   // A hung answer must not hold the sandbox open at shutdown.
   const app = createHttpApp({ logger: opts.logger, forceCloseConnections: true })
+  app.register(healthCheck, { name: 'tax-sandbox', limits: opts.pressure ?? DEFAULT_PRESSURE_LIMITS })
   const random = opts.random ?? Math.random
   let faults: Faults = { ...NORMAL }
   const pending = new Set<() => void>()
 
   const registry = createRegistry('tax-sandbox')
   const quotes = new client.Counter({ name: 'sandbox_quotes_total', help: 'Quotes asked of the sandbox, by the fault mode in force', labelNames: ['mode'], registers: [registry] })
-  registerProcessOps(app, { registry })
+  registerProcessOps(app, { registry, healthCheck: true })
   app.get('/faults', async () => faults)
   app.put('/faults', { schema: { body: Faults } }, async req => {
     faults = { ...NORMAL, ...(req.body as Faults) }

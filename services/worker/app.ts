@@ -1,17 +1,21 @@
-// The worker's HTTP side: health, status and Prometheus metrics. Queue gauges
-// are read from PostgreSQL at scrape time (one small query), so every worker
-// reports the fleet-wide truth, not its own view.
+// The worker's HTTP side: health, status and Prometheus metrics, behind the
+// shared health check (under-pressure with its jobs_ds pool's reachability).
+// Queue gauges are read from PostgreSQL at scrape time (one small query), so
+// every worker reports the fleet-wide truth, not its own view.
 import type { FastifyServerOptions } from 'fastify'
 import client from 'prom-client'
 import type pg from 'pg'
+import healthCheck from '../../shared/health-check.ts'
 import { createHttpApp } from '../../shared/http-app.ts'
 import { createRegistry } from '../../shared/metrics.ts'
+import type { PressureLimits } from '../../shared/pressure-config.ts'
 import { registerProcessOps } from '../../shared/process-ops.ts'
 import { queueStats } from '../../shared/queue/admin.ts'
 import type { Worker } from './runner.ts'
 
-export function buildApp (o: { worker: Worker, pool: pg.Pool, logger?: FastifyServerOptions['logger'] }) {
+export function buildApp (o: { worker: Worker, pool: pg.Pool, pressure: PressureLimits, logger?: FastifyServerOptions['logger'] }) {
   const app = createHttpApp({ logger: o.logger })
+  app.register(healthCheck, { name: 'worker', limits: o.pressure, db: { pool: o.pool } })
   const registry = createRegistry('worker')
   const mine = new Set(Object.keys(o.worker.runningByQueue()))
   const stats = async () => (await queueStats(o.pool)).filter(s => mine.has(s.name))
@@ -36,7 +40,7 @@ export function buildApp (o: { worker: Worker, pool: pg.Pool, logger?: FastifySe
   o.worker.on('job', (e: { queue: string, type: string, outcome: string, seconds: number }) => duration.observe({ queue: e.queue, type: e.type, outcome: e.outcome }, e.seconds))
   o.worker.on('rescued', (r: { byQueue: Record<string, number> }) => { for (const [q, n] of Object.entries(r.byQueue)) rescued.inc({ queue: q }, n) })
 
-  registerProcessOps(app, { registry, pool: o.pool })
+  registerProcessOps(app, { registry, healthCheck: true })
   app.get('/status', async () => ({ workerId: o.worker.id, running: o.worker.runningByQueue(), ...o.worker.stats, pid: process.pid }))
   return app
 }

@@ -11,6 +11,7 @@ import { GRACE_MS, onShutdown } from '../../shared/lifecycle.ts'
 import { loggerOptions } from '../../shared/http-app.ts'
 import { JOBS_ROLE, LANE_NAMES, LANE_QUEUES, envPrefix, laneLimits, type LaneName } from '../../shared/lanes.ts'
 import { assertRole, createRolePool } from '../../shared/db/pool.ts'
+import { pressureLimits } from '../../shared/pressure-config.ts'
 import { buildApp } from './app.ts'
 import { BUILTIN_JOBS } from './builtin-jobs.ts'
 import type { JobType } from './job-types.ts'
@@ -32,6 +33,8 @@ const cfg = loadConfig(Type.Object({
   WORKER_REPLICAS: Type.Integer({ default: 1, minimum: 1, maximum: 1_000 }),
   WORKER_POOL_MAX: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000 })),
 }), process.env)
+// WORKER_PRESSURE_MAX_EVENT_LOOP_DELAY_MS / _UTILIZATION / _HEAP_BYTES / _RSS_BYTES
+const pressure = pressureLimits('WORKER_')
 const { values } = parseArgs({ options: { queues: { type: 'string' } }, strict: false })
 const queueNames = String(values.queues ?? cfg.WORKER_QUEUES).split(',').map(s => s.trim()).filter(Boolean)
 if (queueNames.length === 0) { console.error('worker: no queues (--queues a,b or WORKER_QUEUES)'); process.exit(2) }
@@ -66,7 +69,7 @@ const worker = new Worker({
   log: { info: () => {}, warn: (o, m) => app.log.warn(o, m), error: (o, m) => app.log.error(o, m) },
 })
 pool.on('error', err => app.log.error({ err }, 'idle pg client error'))
-const app = buildApp({ worker, pool, logger })
+const app = buildApp({ worker, pool, pressure, logger })
 await worker.start()
 await app.listen({ port: cfg.WORKER_PORT, host: cfg.WORKER_HOST })
 app.log.info({ workerId: worker.id, queues: queueNames, types: types.map(t => t.type) }, 'worker started')
