@@ -35,6 +35,10 @@ export function buildApp (o: { worker: Worker, pool: pg.Pool, pressure: Pressure
     name: 'queue_worker_running', help: 'Jobs this worker process is running', labelNames: ['queue'], registers: [registry],
     collect () { for (const [q, n] of Object.entries(o.worker.runningByQueue())) this.set({ queue: q }, n) },
   })
+  new client.Gauge({
+    name: 'queue_zombies_stranded', help: 'Processing jobs whose heartbeat stopped over twice the zombie timeout ago: no running worker serving their queue knows their type (fleet-wide, as of the last rescue cycle of this worker)', labelNames: ['queue', 'type'], registers: [registry],
+    collect () { this.reset(); for (const s of o.worker.stranded) this.set({ queue: s.queue, type: s.type }, s.jobs) },
+  })
   const rescued = new client.Counter({ name: 'queue_zombies_rescued_total', help: 'Zombie jobs rescued by this worker', labelNames: ['queue'], registers: [registry] })
   const duration = new client.Histogram({ name: 'queue_job_duration_seconds', help: 'Job run time by outcome', labelNames: ['queue', 'type', 'outcome'], buckets: [0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 120], registers: [registry] })
   o.worker.on('job', (e: { queue: string, type: string, outcome: string, seconds: number }) => duration.observe({ queue: e.queue, type: e.type, outcome: e.outcome }, e.seconds))

@@ -2,7 +2,9 @@
 // fleet-wide), run each job with a heartbeat, complete or fail it, and look for
 // more when a job ends, when PostgreSQL NOTIFYs (enqueue, queue change) or at the
 // poll interval. Zombie rescue runs on its own timer in every worker (safe to run
-// concurrently: it skips locked rows). Drain stops claiming, lets running jobs
+// concurrently: it skips locked rows), over the queues and job types this worker
+// knows (shared/queue/rescue.ts says why); it also reports zombies nobody
+// running can judge, as `stranded`. Drain stops claiming, lets running jobs
 // finish, then aborts and releases whatever is left.
 import crypto from 'node:crypto'
 import { EventEmitter } from 'node:events'
@@ -13,7 +15,7 @@ import { complete } from '../../shared/queue/complete.ts'
 import { fail } from '../../shared/queue/fail.ts'
 import { heartbeat } from '../../shared/queue/heartbeat.ts'
 import { start } from '../../shared/queue/start.ts'
-import { rescueZombies } from '../../shared/queue/rescue.ts'
+import { rescueZombies, strandedZombies, type StrandedZombies } from '../../shared/queue/rescue.ts'
 import type { Job } from '../../shared/queue/types.ts'
 import type { JobType } from './job-types.ts'
 
@@ -47,6 +49,9 @@ export class Worker extends EventEmitter {
   #again = false
   #draining = false
   readonly stats = { claimed: 0, completed: 0, failed: 0, rescued: {} as Record<string, number> }
+  /** Zombies no running worker knowing them has rescued, fleet-wide, as of the last rescue cycle. */
+  stranded: StrandedZombies[] = []
+  #strandedLoggedAt = 0
 
   constructor (o: WorkerOptions) {
     super()
@@ -139,9 +144,16 @@ export class Worker extends EventEmitter {
 
   async #rescue (): Promise<void> {
     try {
-      const r = await rescueZombies(this.#o.pool, [...this.#types.values()].filter(t => t.idempotent).map(t => t.type))
+      const scope = { queues: Object.keys(this.#o.queues), types: [...this.#types.values()].map(t => ({ type: t.type, idempotent: t.idempotent })) }
+      const r = await rescueZombies(this.#o.pool, scope)
       for (const [q, n] of Object.entries(r.byQueue)) this.stats.rescued[q] = (this.stats.rescued[q] ?? 0) + n
       if (r.requeuedFetched + r.requeuedProcessing + r.dead > 0) { this.#o.log.warn({ ...r }, 'rescued zombie jobs'); this.emit('rescued', r) }
+      this.stranded = await strandedZombies(this.#o.pool)
+      // Once a minute while any are left: every worker says it, so the log of any one shows it.
+      if (this.stranded.length > 0 && Date.now() - this.#strandedLoggedAt >= 60_000) {
+        this.#strandedLoggedAt = Date.now()
+        this.#o.log.warn({ stranded: this.stranded }, 'zombie jobs that no running worker knowing their queue and type has rescued: start a worker for them')
+      }
     } catch (err) { this.#o.log.warn({ err }, 'zombie rescue failed') }
   }
 

@@ -42,7 +42,7 @@ t.test('rescue never overwrites a finished job; a rescued job cannot be complete
   await db.query("update jobs.jobs_hot set heartbeat_at = now() - interval '10 seconds' where queue = 'guard'")
   // j1 completes just before rescue runs: rescue must leave it alone.
   t.ok(await complete(db.pool, j1!.id, j1!.lease!, { ok: true }))
-  const r = await rescueZombies(db.pool, ['sleep'])
+  const r = await rescueZombies(db.pool, { queues: ['guard'], types: [{ type: 'sleep', idempotent: true }, { type: 'sleep-once', idempotent: false }] })
   t.equal(r.dead, 0, 'the finished job was not dead-lettered')
   t.equal(r.requeuedProcessing, 1, 'the idempotent zombie was requeued')
   t.equal((await db.query('select 1 from jobs.jobs_archive where id = $1', [j1!.id])).length, 1, 'j1 stays archived')
