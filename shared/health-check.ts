@@ -22,7 +22,8 @@ export interface HealthCheckOptions {
   name: string
   limits: PressureLimits
   db?: {
-    pool: pg.Pool
+    /** The pool to check (a function: a lane's pool can be replaced). */
+    pool: pg.Pool | (() => pg.Pool)
     /**
      * Whether losing the database sheds the process's routes (default true).
      * Either way it is checked and reported (app.dbHealth, /health/ready).
@@ -46,13 +47,14 @@ const SAMPLE_MS = 1_000
 const WARM_UP_MS = 2 * SAMPLE_MS
 
 /** A DB check that never queues behind a busy pool: when every connection is in use, the DB is plainly reachable. */
-function dbCheck (pool: pg.Pool, timeoutMs: number): DbHealth & { run (): Promise<boolean> } {
+function dbCheck (poolOf: () => pg.Pool, timeoutMs: number): DbHealth & { run (): Promise<boolean> } {
   let ok = true
   let lastError: string | undefined
   return {
     ok: () => ok,
     lastError: () => lastError,
     async run () {
+      const pool = poolOf()
       const c = poolCounts(pool)
       if (c.idle === 0 && c.total >= c.max) return ok
       try {
@@ -87,7 +89,8 @@ function shedLog (name: string, memory: () => unknown) {
 
 async function healthCheck (app: FastifyInstance, o: HealthCheckOptions): Promise<void> {
   const intervalMs = o.intervalMs ?? 2_000
-  const db = o.db ? { ...dbCheck(o.db.pool, Math.min(1_000, intervalMs)), shed: o.db.shed ?? true } : undefined
+  const given = o.db?.pool
+  const db = given ? { ...dbCheck(typeof given === 'function' ? given : () => given, Math.min(1_000, intervalMs)), shed: o.db!.shed ?? true } : undefined
   // The one policy a shed answer names: nothing is admitted until the pressure
   // clears, and the next sample is due within the Retry-After.
   const fields = rateLimitFields({ name: `${o.name}-pressure`, quota: 0, windowSeconds: RETRY_AFTER_S, resetSeconds: RETRY_AFTER_S })

@@ -5,6 +5,7 @@
 // the lane's prefix (CARD_AUTH_PERMITS, TAX_QUEUE, FRAUD_POOL_MAX, ...).
 import { Type, type Static } from 'typebox'
 import { loadConfig } from './config.ts'
+import { LEAK_DETECTION_DEFAULT_MS } from './db/leak-detection.ts'
 import { AppError, ERRORS } from './errors.ts'
 import { rateLimitFields } from './rate-limit-fields.ts'
 import { PRESSURE_SCHEMA_PROPERTIES, toPressureLimits, type PressureLimits } from './pressure-config.ts'
@@ -95,6 +96,13 @@ function laneSchema (d: LaneDefaults, workerPool: number) {
     REPLICAS: int(1, 1, 1_000),
     STATEMENT_TIMEOUT_MS: int(5_000, 1, 600_000),
     IDLE_IN_TX_TIMEOUT_MS: int(10_000, 1, 600_000),
+    // DEC-BH-01: a connection checked out longer than this is reported as a leak (0 = off).
+    LEAK_DETECTION_MS: int(LEAK_DETECTION_DEFAULT_MS, 0, 600_000),
+    // MC-RT-01: once the lane's dependency is back, active permits must drop below
+    // RECOVERY_BASELINE_ACTIVE within this long, else the pool is reset and
+    // ALERT_BULKHEAD_RECOVERY_LAG raised (lane-kit/recovery.ts).
+    RECOVERY_LAG_MS: int(10_000, 100, 3_600_000),
+    RECOVERY_BASELINE_ACTIVE: int(Math.ceil(d.permits / 3), 1, 10_000),
     STATE_SATURATED_EXIT_BELOW: num(0.8, 0.01, 1),
     STATE_RECOVER_BELOW: num(0.6, 0.01, 1),
     STATE_RECOVER_WINDOW_MS: int(10_000, 0, 3_600_000),
@@ -124,7 +132,10 @@ export interface LaneLimits {
     readonly workerPoolMax: number
     readonly statementTimeoutMs: number
     readonly idleInTxTimeoutMs: number
+    readonly leakDetectionMs: number
   }
+  /** MC-RT-01's recovery check: back under `baselineActive` permits within `lagMs` of the dependency's recovery. */
+  readonly recovery: { readonly lagMs: number, readonly baselineActive: number }
   readonly state: { readonly saturatedExitBelow: number, readonly recoverBelow: number, readonly recoverWindowMs: number }
   readonly pressure: PressureLimits
   readonly gateway: { readonly inflightCap: number }
@@ -161,7 +172,9 @@ export function laneLimits (lane: LaneName, env: Record<string, string | undefin
       workerPoolMax: c.WORKER_POOL_MAX,
       statementTimeoutMs: c.STATEMENT_TIMEOUT_MS,
       idleInTxTimeoutMs: c.IDLE_IN_TX_TIMEOUT_MS,
+      leakDetectionMs: c.LEAK_DETECTION_MS,
     }),
+    recovery: Object.freeze({ lagMs: c.RECOVERY_LAG_MS, baselineActive: Math.min(c.RECOVERY_BASELINE_ACTIVE, c.PERMITS) }),
     state: Object.freeze({ saturatedExitBelow: c.STATE_SATURATED_EXIT_BELOW, recoverBelow: c.STATE_RECOVER_BELOW, recoverWindowMs: c.STATE_RECOVER_WINDOW_MS }),
     pressure: toPressureLimits(c),
     gateway: Object.freeze({ inflightCap: gatewayCap(c.PERMITS, c.QUEUE) }),

@@ -1,6 +1,7 @@
 // Prometheus metrics (prom-client). Each process owns one Registry, passed in
 // explicitly: no global registry, so nothing is shared between apps in a test
 // process and each process serves only its own series.
+import type { EventEmitter } from 'node:events'
 import client from 'prom-client'
 import type pg from 'pg'
 import { LANE_STATES, type LaneStateName } from './lane-state.ts'
@@ -25,11 +26,15 @@ export interface LaneMetricSources {
   active: () => number
   queued: () => number
   state: () => LaneStateName
-  pool: pg.Pool
+  pool: () => pg.Pool
+  /** How long the lane has lagged behind its recovered dependency (ms; 0 when it has not). */
+  recoveryLagMs: () => number
 }
 
 export interface LaneMetrics {
   rejection (reason: LaneRejectReason): void
+  /** A recovery lag reset the pool. */
+  poolReset (): void
   permitWait (seconds: number): void
   requestDuration: client.Histogram<'lane' | 'route' | 'status_code'>
   /** A data-plane request's duration (seconds), for the sliding one-minute window. */
@@ -62,8 +67,17 @@ export function laneMetrics (registry: client.Registry, s: LaneMetricSources): L
     help: 'The lane pool: total, idle, waiting clients',
     labelNames: ['lane', 'state'],
     registers: [registry],
-    collect () { const c = poolCounts(s.pool); this.set({ lane, state: 'total' }, c.total); this.set({ lane, state: 'idle' }, c.idle); this.set({ lane, state: 'waiting' }, c.waiting) },
+    collect () { const c = poolCounts(s.pool()); this.set({ lane, state: 'total' }, c.total); this.set({ lane, state: 'idle' }, c.idle); this.set({ lane, state: 'waiting' }, c.waiting) },
   })
+  new client.Gauge({
+    name: 'bulkhead_recovery_lag_seconds',
+    help: 'Seconds since the lane\'s dependency came back while active permits are still at or over the recovery baseline (0 when not lagging); ALERT_BULKHEAD_RECOVERY_LAG past 10',
+    labelNames: ['lane'],
+    registers: [registry],
+    collect () { this.set({ lane }, s.recoveryLagMs() / 1000) },
+  })
+  const resets = new client.Counter({ name: 'bulkhead_pool_resets_total', help: 'Connection pool resets after a recovery lag (MC-RT-01, ALERT_BULKHEAD_RECOVERY_LAG)', labelNames: ['lane'], registers: [registry] })
+  resets.inc({ lane }, 0)
   const rejection = new client.Counter({ name: 'bulkhead_rejection_total', help: 'Requests rejected by the lane, by reason', labelNames: ['lane', 'reason'], registers: [registry] })
   const wait = new client.Histogram({ name: 'bulkhead_permit_wait_seconds', help: 'Time admitted requests waited for a permit', labelNames: ['lane'], buckets: [0, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5], registers: [registry] })
   const requestDuration = new client.Histogram({ name: 'http_request_duration_seconds', help: 'HTTP request duration', labelNames: ['lane', 'route', 'status_code'], buckets: LATENCY_BUCKETS, registers: [registry] })
@@ -84,9 +98,23 @@ export function laneMetrics (registry: client.Registry, s: LaneMetricSources): L
       }
       return { windowSeconds: LATENCY_WINDOW_SECONDS, p50Ms: q(0.5), p99Ms: q(0.99) }
     },
+    poolReset () { resets.inc({ lane }) },
     rejection (reason) { rejection.inc({ lane, reason }); counts[reason] = (counts[reason] ?? 0) + 1 },
     permitWait (seconds) { wait.observe({ lane }, seconds) },
     requestDuration,
     rejections: () => ({ ...counts }),
+  }
+}
+
+/**
+ * db_pool_connection_leaks_total{pool}: clients held past the leak threshold
+ * (DEC-BH-01), counted from the pools' 'leak' events. Returns a function that
+ * attaches a pool (and returns it), for every pool the process makes.
+ */
+export function countPoolLeaks (registry: client.Registry): <P extends pg.Pool>(pool: P) => P {
+  const leaks = new client.Counter({ name: 'db_pool_connection_leaks_total', help: 'Pool clients held longer than the leak detection threshold (DEC-BH-01)', labelNames: ['pool'], registers: [registry] })
+  return pool => {
+    ;(pool as unknown as EventEmitter).on('leak', (r: { pool: string }) => leaks.inc({ pool: r.pool }))
+    return pool
   }
 }

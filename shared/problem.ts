@@ -50,6 +50,8 @@ export function toAppError (err: FastifyError | Error): AppError {
       extensions: { errors: fe.validation.map(v => ({ path: v.instancePath || '/', message: v.message, params: v.params })) },
     })
   }
+  // PostgreSQL cancelled the statement: the role's statement_timeout ran out.
+  if (fe.code === '57014') return new AppError('ERR_DEADLINE_EXCEEDED', { detail: 'a database statement ran past its timeout' })
   switch (fe.code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE': return new AppError('ERR_PAYLOAD_TOO_LARGE')
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE': return new AppError('ERR_UNSUPPORTED_MEDIA_TYPE')

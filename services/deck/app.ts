@@ -7,7 +7,7 @@ import client from 'prom-client'
 import healthCheck from '../../shared/health-check.ts'
 import { createHttpApp } from '../../shared/http-app.ts'
 import { createHttpAgent } from '../../shared/lane-kit/http.ts'
-import { createRegistry } from '../../shared/metrics.ts'
+import { countPoolLeaks, createRegistry } from '../../shared/metrics.ts'
 import { DEFAULT_PRESSURE_LIMITS, type PressureLimits } from '../../shared/pressure-config.ts'
 import { registerProcessOps } from '../../shared/process-ops.ts'
 import { OPEN, adminGuard, denyByDefault } from './admin-auth.ts'
@@ -24,8 +24,9 @@ export interface DeckOptions {
   logger?: FastifyServerOptions['logger']
 }
 
-function deckRegistry (collector: Collector): client.Registry {
+function deckRegistry (collector: Collector, pool: pg.Pool): client.Registry {
   const registry = createRegistry('deck')
+  countPoolLeaks(registry)(pool)
   new client.Gauge({
     name: 'deck_target_up', help: 'Whether the deck reached the process at its last poll', labelNames: ['target', 'kind'], registers: [registry],
     collect () { for (const s of collector.snapshot()) this.set({ target: s.name, kind: s.kind }, s.up ? 1 : 0) },
@@ -50,7 +51,7 @@ export function buildDeckApp (o: DeckOptions) {
   // prometheus.io annotations: scraped with no credentials). They carry no fleet
   // data beyond up/down per target and change nothing; NetworkPolicy and the
   // ClusterIP Service keep the port itself private.
-  registerProcessOps(app, { registry: deckRegistry(o.collector), healthCheck: true, routeOptions: { config: OPEN } })
+  registerProcessOps(app, { registry: deckRegistry(o.collector, o.pool), healthCheck: true, routeOptions: { config: OPEN } })
   app.register(adminRoutes, { prefix: '/admin', collector: o.collector, pool: o.pool, requireAdmin, sandboxUrl: o.sandboxUrl, http })
   return app
 }

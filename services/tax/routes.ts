@@ -23,6 +23,9 @@ const RETRY = { 'retry-after': '5' }
 
 export function taxRoutes (opts: TaxRouteOptions) {
   return (app: FastifyInstance, kit: LaneKit): void => {
+    // While the provider is failing, a quote of our own once a second tells the
+    // lane when it is back, even if no request of a client gets that far.
+    kit.recovery.probe('provider', () => quoteFromProvider(opts.provider, { jurisdiction: 'DE', amount: { value: 100, currency: 'EUR' } }, { deadlineMs: opts.quoteDeadlineMs, signal: AbortSignal.timeout(opts.quoteDeadlineMs) }))
     // Answer from the certified table, or say exactly why not.
     const compensate = async (req: FastifyRequest, why: 'saturated' | 'provider_error' | 'provider_deadline', exec?: Execution): Promise<LaneResult> => {
       const body = req.body as TaxQuoteRequest
@@ -49,10 +52,14 @@ export function taxRoutes (opts: TaxRouteOptions) {
       let quote: QuoteSource
       try {
         const q = await quoteFromProvider(opts.provider, body, { deadlineMs: opts.quoteDeadlineMs, signal: exec.signal })
+        kit.recovery.dependencyOk('provider')
         quote = { source: 'provider', rate: q.rate }
       } catch (err) {
         if (!(err instanceof ProviderError)) throw err
-        if (err.kind === 'unknown_jurisdiction') throw providerFailure(err)
+        // The provider's health drives the lane's recovery check (MC-RT-01): an
+        // unknown jurisdiction is an answer, a deadline or an error is not.
+        if (err.kind === 'unknown_jurisdiction') { kit.recovery.dependencyOk('provider'); throw providerFailure(err) }
+        kit.recovery.dependencyFailed('provider')
         return compensate(req, err.kind === 'deadline' ? 'provider_deadline' : 'provider_error', exec)
       }
       return storeQuote(kit.pool, req, quote, exec)

@@ -7,16 +7,18 @@ import client from 'prom-client'
 import type pg from 'pg'
 import healthCheck from '../../shared/health-check.ts'
 import { createHttpApp } from '../../shared/http-app.ts'
-import { createRegistry } from '../../shared/metrics.ts'
+import { countPoolLeaks, createRegistry } from '../../shared/metrics.ts'
 import type { PressureLimits } from '../../shared/pressure-config.ts'
 import { registerProcessOps } from '../../shared/process-ops.ts'
 import { queueStats } from '../../shared/queue/admin.ts'
 import type { Worker } from './runner.ts'
 
-export function buildApp (o: { worker: Worker, pool: pg.Pool, pressure: PressureLimits, logger?: FastifyServerOptions['logger'] }) {
+export function buildApp (o: { worker: Worker, pool: pg.Pool, lanePools?: pg.Pool[], pressure: PressureLimits, logger?: FastifyServerOptions['logger'] }) {
   const app = createHttpApp({ logger: o.logger })
   app.register(healthCheck, { name: 'worker', limits: o.pressure, db: { pool: o.pool } })
   const registry = createRegistry('worker')
+  const leaks = countPoolLeaks(registry)
+  for (const p of [o.pool, ...(o.lanePools ?? [])]) leaks(p)
   const mine = new Set(Object.keys(o.worker.runningByQueue()))
   const stats = async () => (await queueStats(o.pool)).filter(s => mine.has(s.name))
   new client.Gauge({

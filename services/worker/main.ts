@@ -53,7 +53,7 @@ for (const lane of LANE_NAMES) {
   const url = process.env[`${envPrefix(lane)}DATABASE_URL`]
   if (!url) { console.error(`worker: ${envPrefix(lane)}DATABASE_URL (the ${lane} role) is required for ${lane} jobs`); process.exit(2) }
   const limits = laneLimits(lane)
-  lanePools[lane] = createRolePool(url, { max: Math.max(1, limits.db.workerPoolMax), applicationName: `watertight-worker-${lane}` })
+  lanePools[lane] = createRolePool(url, { max: Math.max(1, limits.db.workerPoolMax), applicationName: `watertight-worker-${lane}`, leakDetectionMs: limits.db.leakDetectionMs })
   await assertRole(lanePools[lane]!, limits.db.role)
 }
 
@@ -69,7 +69,7 @@ const worker = new Worker({
   log: { info: () => {}, warn: (o, m) => app.log.warn(o, m), error: (o, m) => app.log.error(o, m) },
 })
 pool.on('error', err => app.log.error({ err }, 'idle pg client error'))
-const app = buildApp({ worker, pool, pressure, logger })
+const app = buildApp({ worker, pool, lanePools: Object.values(lanePools) as pg.Pool[], pressure, logger })
 await worker.start()
 await app.listen({ port: cfg.WORKER_PORT, host: cfg.WORKER_HOST })
 app.log.info({ workerId: worker.id, queues: queueNames, types: types.map(t => t.type) }, 'worker started')

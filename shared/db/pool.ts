@@ -1,11 +1,20 @@
 // One pg.Pool per lane process, connecting as the lane's own role. Its max is
 // this replica's share of the role's fleet-wide CONNECTION LIMIT (lanes.ts).
+// Every pool of the fleet reports connections held too long (leak-detection.ts).
 import pg from 'pg'
 import type { LaneLimits } from '../lanes.ts'
+import { detectLeaks, heldLongerThan, LEAK_DETECTION_DEFAULT_MS, untracked } from './leak-detection.ts'
 
 export interface PoolCounts { total: number, idle: number, waiting: number, max: number }
 
-export function createLanePool (limits: LaneLimits, databaseUrl: string, log: { error: (o: object, m: string) => void }): pg.Pool {
+export interface PoolLog { error (o: object, m: string): void, warn (o: object, m: string): void }
+
+const consoleLog: PoolLog = {
+  error: (obj, m) => console.error(JSON.stringify({ level: 'error', msg: m, err: String((obj as { err?: unknown }).err) })),
+  warn: (obj, m) => console.error(JSON.stringify({ level: 'warn', msg: m, ...obj })),
+}
+
+export function createLanePool (limits: LaneLimits, databaseUrl: string, log: PoolLog): pg.Pool {
   const pool = new pg.Pool({
     connectionString: databaseUrl,
     max: limits.db.poolMax,
@@ -21,7 +30,48 @@ export function createLanePool (limits: LaneLimits, databaseUrl: string, log: { 
   // An idle client's error (server restart, network) is surfaced, never swallowed;
   // without a listener it would crash the process.
   pool.on('error', err => log.error({ err }, 'idle pg client error'))
+  detectLeaks(pool, { name: limits.lane, thresholdMs: limits.db.leakDetectionMs, log })
   return pool
+}
+
+/**
+ * A lane's pool that can be replaced while the lane serves: a recovery that
+ * lags (connections stuck on a dead or black-holed server) resets it
+ * (lane-kit/recovery.ts). New checkouts go to the new pool at once; the old
+ * pool closes its idle clients now and ends when its checked-out clients come
+ * back (executions give them back by their deadline at the latest), so no
+ * admitted request is dropped; only clients held past the deadline, which no
+ * execution holds, are cut.
+ */
+export class ReplaceablePool {
+  #current: pg.Pool
+  readonly #make: () => pg.Pool
+
+  constructor (make: () => pg.Pool) {
+    this.#make = make
+    this.#current = make()
+  }
+
+  get current (): pg.Pool { return this.#current }
+
+  /**
+   * New checkouts go to a new pool. Clients of the old one held longer than
+   * `staleAfterMs` (the execution deadline: no admitted execution holds one that
+   * long) are stuck on the old connections: their sockets are closed, so whoever
+   * holds them gets an error and gives them back.
+   */
+  replace (staleAfterMs: number): void {
+    const old = this.#current
+    this.#current = this.#make()
+    for (const c of heldLongerThan(old, staleAfterMs)) {
+      // Its holder sees its query fail; the client's own 'error' must not crash the process.
+      c.on('error', () => {})
+      ;(c as unknown as { connection?: { stream?: { destroy (): void } } }).connection?.stream?.destroy()
+    }
+    old.end().catch(() => {})
+  }
+
+  end (): Promise<void> { return this.#current.end() }
 }
 
 /**
@@ -29,9 +79,10 @@ export function createLanePool (limits: LaneLimits, databaseUrl: string, log: { 
  * is that process's share of the role's limit. With createLanePool, the only
  * places the fleet makes pools (npm run lint:bulkheads holds everyone to it).
  */
-export function createRolePool (databaseUrl: string, o: { max: number, applicationName: string }, log: { error: (o: object, m: string) => void } = { error: (obj, m) => console.error(JSON.stringify({ level: 'error', msg: m, err: String((obj as { err?: unknown }).err) })) }): pg.Pool {
+export function createRolePool (databaseUrl: string, o: { max: number, applicationName: string, leakDetectionMs?: number }, log: PoolLog = consoleLog): pg.Pool {
   const pool = new pg.Pool({ connectionString: databaseUrl, max: o.max, application_name: o.applicationName })
   pool.on('error', err => log.error({ err }, 'idle pg client error'))
+  detectLeaks(pool, { name: o.applicationName.replace(/^watertight-/, ''), thresholdMs: o.leakDetectionMs ?? LEAK_DETECTION_DEFAULT_MS, log })
   return pool
 }
 
@@ -76,7 +127,8 @@ export async function warmPool (pool: pg.Pool, n: number, budgetMs = START_BUDGE
       } catch { claimed--; return }
     }
   }
-  await Promise.all(Array.from({ length: Math.min(WARM_CONCURRENCY, n) }, worker))
+  // Held on purpose until all are open (else the pool would hand the same few out again): not leaks.
+  await untracked(pool, () => Promise.all(Array.from({ length: Math.min(WARM_CONCURRENCY, n) }, worker)))
   const opened = held.length
   for (const c of held) c.release()
   return opened

@@ -8,6 +8,7 @@ import { AppError, isAppError } from '../errors.ts'
 import type { LaneMetrics, LaneRejectReason } from '../metrics.ts'
 import { runQueueWaitMs } from '../run-queue.ts'
 import { executionDb, type Execution } from './execution.ts'
+import type { RecoveryWatch } from './recovery.ts'
 
 export interface LaneResult {
   status: number
@@ -22,7 +23,9 @@ export type RejectHandler = (reason: LaneRejectReason, req: FastifyRequest) => P
 export interface AdmissionDeps {
   bulkhead: Bulkhead
   metrics: LaneMetrics
-  pool: pg.Pool
+  /** The lane's pool at the time of the call (it can be replaced). */
+  pool: () => pg.Pool
+  recovery: RecoveryWatch
   deadlineMs: number
 }
 
@@ -67,7 +70,7 @@ export function admitted (deps: AdmissionDeps, handler: LaneHandler, onReject: R
     const stopped = new Promise<never>((_resolve, reject) => ac.signal.addEventListener('abort', () => reject(ac.signal.reason), { once: true }))
     stopped.catch(() => {})
     try {
-      const exec: Execution = { signal: ac.signal, db: executionDb(deps.pool, ac.signal) }
+      const exec: Execution = { signal: ac.signal, db: executionDb(deps.pool(), ac.signal, deps.recovery) }
       const result = await Promise.race([handler(req, exec), stopped])
       return send(reply, result)
     } catch (err) {

@@ -7,16 +7,20 @@ import type client from 'prom-client'
 import { Bulkhead } from '../bulkhead.ts'
 import { LaneState, type LaneStateName } from '../lane-state.ts'
 import type { LaneLimits } from '../lanes.ts'
-import { createLanePool } from '../db/pool.ts'
-import { createRegistry, laneMetrics, type LaneMetrics } from '../metrics.ts'
+import { createLanePool, ReplaceablePool } from '../db/pool.ts'
+import { countPoolLeaks, createRegistry, laneMetrics, type LaneMetrics } from '../metrics.ts'
 import { createHttpApp } from '../http-app.ts'
 import { admitted, type LaneHandler, type RejectHandler } from './admission.ts'
 import { registerPressure } from './pressure.ts'
 import { registerOpsRoutes } from './ops-routes.ts'
+import { RecoveryWatch } from './recovery.ts'
 
 export interface LaneKit {
   readonly limits: LaneLimits
+  /** The lane's pool right now (a lagging recovery replaces it: read it per use, never keep it). */
   readonly pool: pg.Pool
+  /** Where the lane reports its dependencies' failures and successes (MC-RT-01's recovery check). */
+  readonly recovery: RecoveryWatch
   readonly bulkhead: Bulkhead
   readonly state: LaneState
   readonly metrics: LaneMetrics
@@ -46,7 +50,11 @@ export type LaneAppConfig = Omit<BuildLaneOptions, 'routes' | 'healthCheckInterv
 export async function buildLaneApp (opts: BuildLaneOptions): Promise<{ app: FastifyInstance, kit: LaneKit }> {
   const { limits } = opts
   const app = createHttpApp({ logger: opts.logger })
-  const pool = opts.topology?.pool ?? createLanePool(limits, opts.databaseUrl, app.log)
+  const registry = createRegistry(limits.lane)
+  const leaks = countPoolLeaks(registry)
+  const shared = opts.topology?.pool
+  const pools = shared ? undefined : new ReplaceablePool(() => leaks(createLanePool(limits, opts.databaseUrl, app.log)))
+  const pool = (): pg.Pool => shared ?? pools!.current
   const state = new LaneState({
     permits: limits.permits,
     queueCapacity: limits.queue,
@@ -54,16 +62,26 @@ export async function buildLaneApp (opts: BuildLaneOptions): Promise<{ app: Fast
     onTransition: (from: LaneStateName, to: LaneStateName) => app.log.warn({ lane: limits.lane, from, to }, 'lane state changed'),
   })
   const bulkhead = opts.topology?.bulkhead ?? new Bulkhead({ permits: limits.permits, queue: limits.queue, queueWaitMs: limits.queueWaitMs, onChange: (a, q) => state.observe(a, q) })
-  const stateTimer = setInterval(() => state.tick(), 250)
+  const recovery = new RecoveryWatch({
+    ...limits.recovery,
+    active: () => bulkhead.active,
+    onLag: lagMs => {
+      app.log.error({ alert: 'ALERT_BULKHEAD_RECOVERY_LAG', lane: limits.lane, lagMs: Math.round(lagMs), active: bulkhead.active, baseline: limits.recovery.baselineActive, poolReset: pools !== undefined },
+        `ALERT_BULKHEAD_RECOVERY_LAG: ${limits.lane} still holds ${bulkhead.active} permits ${Math.round(lagMs)} ms after its dependency came back; resetting its connection pool`)
+      if (pools) { pools.replace(limits.deadlineMs); metrics.poolReset() }
+    },
+  })
+  const stateTimer = setInterval(() => { state.tick(); recovery.tick() }, 250)
   stateTimer.unref()
-  const registry = createRegistry(limits.lane)
   const metrics = laneMetrics(registry, {
     lane: limits.lane, permits: limits.permits, queueCapacity: limits.queue,
     active: () => bulkhead.active, queued: () => bulkhead.queued, state: () => state.state, pool,
+    recoveryLagMs: () => recovery.lagMs(),
   })
   const kit: LaneKit = {
-    limits, pool, bulkhead, state, metrics, registry,
-    admitted: (handler, onReject) => admitted({ bulkhead, metrics, pool, deadlineMs: limits.deadlineMs }, handler, onReject),
+    limits, bulkhead, state, metrics, registry, recovery,
+    get pool () { return pool() },
+    admitted: (handler, onReject) => admitted({ bulkhead, metrics, pool, recovery, deadlineMs: limits.deadlineMs }, handler, onReject),
   }
 
   app.addHook('onResponse', async (req, reply) => {
@@ -73,7 +91,7 @@ export async function buildLaneApp (opts: BuildLaneOptions): Promise<{ app: Fast
   })
   app.addHook('onClose', async () => {
     clearInterval(stateTimer)
-    if (!opts.topology?.pool) await pool.end()
+    await pools?.end()
   })
 
   const dbHealth = await registerPressure(app, kit, opts.healthCheckIntervalMs ?? 2_000)

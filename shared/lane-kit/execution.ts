@@ -16,7 +16,10 @@ export interface Execution {
   readonly db: ExecutionDb
 }
 
-export function executionDb (pool: pg.Pool, signal: AbortSignal): ExecutionDb {
+/** Where an execution reports whether the database handed it a connection (lane-kit/recovery.ts). */
+export interface DependencyReport { dependencyFailed (name: string): void, dependencyOk (name: string): void }
+
+export function executionDb (pool: pg.Pool, signal: AbortSignal, report?: DependencyReport): ExecutionDb {
   const held = new Set<{ client: pg.PoolClient, released: boolean }>()
 
   const onAbort = (): void => {
@@ -29,7 +32,17 @@ export function executionDb (pool: pg.Pool, signal: AbortSignal): ExecutionDb {
 
   async function withClient<T> (fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
     if (signal.aborted) throw signal.reason
-    const client = await pool.connect()
+    let client: pg.PoolClient
+    try {
+      client = await pool.connect()
+    } catch (err) {
+      // No connection because every one of the pool's is taken is the lane's own
+      // state, not PostgreSQL failing; a connection that could not be opened is.
+      const exhausted = pool.totalCount >= (pool.options as { max: number }).max
+      if (!signal.aborted && !exhausted) report?.dependencyFailed('database')
+      throw err
+    }
+    report?.dependencyOk('database')
     const h = { client, released: false }
     if (signal.aborted) { h.released = true; client.release(); throw signal.reason }
     held.add(h)

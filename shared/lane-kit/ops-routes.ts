@@ -17,6 +17,7 @@ export async function laneStatus (kit: LaneKit) {
     queue: { depth: kit.bulkhead.queued, capacity: kit.limits.queue, waitBudgetMs: kit.limits.queueWaitMs },
     deadlineMs: kit.limits.deadlineMs,
     pool: poolCounts(kit.pool),
+    recovery: { lagMs: Math.round(kit.recovery.lagMs()), lags: kit.recovery.lags, baselineActive: kit.limits.recovery.baselineActive, lagLimitMs: kit.limits.recovery.lagMs },
     db: { role: kit.limits.db.role, roleConnectionLimit: kit.limits.db.roleConnectionLimit, replicas: kit.limits.db.replicas },
     rejections: kit.metrics.rejections(),
     latency: await kit.metrics.latencyWindow(),

@@ -11,7 +11,7 @@ export async function registerPressure (app: FastifyInstance, kit: LaneKit, inte
   await app.register(healthCheck, {
     name: kit.limits.lane,
     limits: kit.limits.pressure,
-    db: { pool: kit.pool },
+    db: { pool: () => kit.pool },
     intervalMs,
     onShed: () => kit.metrics.rejection('under_pressure'),
   })
