@@ -1,15 +1,16 @@
 // Card authorization: a hold on the card account's available funds, exactly once
 // per (client, Idempotency-Key). All of it is one SQL function call in one
-// transaction (shared/db/migrations/0002_card-auth.sql), so the lane holds no
-// transaction open across anything but its own SQL.
+// transaction (shared/db/migrations/0006_card-auth-single-write.sql), so the lane
+// holds no transaction open across anything but its own SQL. A retry of a key
+// whose first attempt is still running gets 409 ERR_IDEMPOTENCY_IN_PROGRESS.
 import crypto from 'node:crypto'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
-import { AuthorizationRequest } from '../../shared/api-schemas.ts'
+import { AuthorizationRequest, IdParams } from '../../shared/api-schemas.ts'
 import { AppError } from '../../shared/errors.ts'
 import type { LaneKit } from '../../shared/lane-kit/build-lane-app.ts'
-import { storedResponseRoute } from '../../shared/lane-kit/stored-response.ts'
 import { clientIdOf, fingerprint, idempotencyKeyOf, replay } from '../../shared/lane-kit/request-context.ts'
 import type { LaneRejectReason } from '../../shared/metrics.ts'
+import { AUTHORIZATION_COLUMNS, authorizationBody, type AuthorizationRow } from './authorization.ts'
 import { rateLimitFields } from '../../shared/rate-limit-fields.ts'
 
 function saturated (reason: LaneRejectReason): never {
@@ -25,14 +26,20 @@ export function cardAuthRoutes (app: FastifyInstance, kit: LaneKit): void {
     const key = idempotencyKeyOf(req)
     const body = req.body as AuthorizationRequest
     const fp = fingerprint(body)
-    const { rows } = await exec.db.query<{ id: string, fingerprint: string, response: unknown, replayed: boolean }>(
+    const { rows } = await exec.db.query<AuthorizationRow & { fingerprint: string, replayed: boolean, in_progress: boolean }>(
       'select * from card_auth.authorize($1, $2, $3, $4, $5, $6, $7, $8)',
       [crypto.randomUUID(), client, key, fp, body.merchantId, body.cardToken, body.amount.value, body.amount.currency],
     )
     const row = rows[0]!
-    if (row.replayed) return replay({ fingerprint: row.fingerprint, response: row.response, status: 201 }, fp)
-    return { status: 201, body: row.response, headers: { location: `/v1/authorizations/${row.id}` } }
+    if (row.in_progress) throw new AppError('ERR_IDEMPOTENCY_IN_PROGRESS', { detail: 'an authorization with this Idempotency-Key is still being processed; retry after a second to get its answer' })
+    if (row.replayed) return replay({ fingerprint: row.fingerprint, response: authorizationBody(row), status: 201 }, fp)
+    return { status: 201, body: authorizationBody(row), headers: { location: `/v1/authorizations/${row.id}` } }
   }, saturated))
 
-  storedResponseRoute(app, kit, { url: '/v1/authorizations/:id', table: 'card_auth.authorizations', what: 'authorization', onReject: saturated })
+  app.get('/v1/authorizations/:id', { schema: { params: IdParams } }, kit.admitted(async (req: FastifyRequest, exec) => {
+    const { id } = req.params as { id: string }
+    const { rows } = await exec.db.query<AuthorizationRow>(`select ${AUTHORIZATION_COLUMNS} from card_auth.authorizations where id = $1 and client_id = $2`, [id, clientIdOf(req)])
+    if (!rows[0]) throw new AppError('ERR_NOT_FOUND', { detail: `no authorization ${id}` })
+    return { status: 200, body: authorizationBody(rows[0]) }
+  }, saturated))
 }

@@ -25,6 +25,11 @@ const statusOf = (response: { mode?: string }): number => (response.mode === 'as
 type Row = { fingerprint: string, response: { id: string, mode?: string } }
 
 const SEEN = 'select fingerprint, response from fraud.screenings where client_id = $1 and idempotency_key = $2'
+// A retry that arrives while the first attempt's transaction runs is told so at
+// once (409 ERR_IDEMPOTENCY_IN_PROGRESS) rather than waiting on its locks with a
+// permit and a connection. The lock is held to the end of the transaction.
+const FIRST = `select pg_try_advisory_xact_lock(hashtextextended($1 || chr(31) || $2, 727003)) as mine, s.fingerprint, s.response
+                 from (select 1) one left join fraud.screenings s on s.client_id = $1 and s.idempotency_key = $2`
 
 export function fraudRoutes (weights: ScoringWeights) {
   return (app: FastifyInstance, kit: LaneKit): void => {
@@ -78,8 +83,10 @@ export function fraudRoutes (weights: ScoringWeights) {
       const body = req.body as ScreeningRequest
       const fp = fingerprint(body)
       return exec.db.tx(async c => {
-        const seen = await c.query<Row>(SEEN, [clientIdOf(req), idempotencyKeyOf(req)])
-        if (seen.rows[0]) return answer(seen.rows[0], fp, false)
+        // One screening per (client, key) at a time, and the earlier answer if there is one, in one round trip.
+        const seen = await c.query<Partial<Row> & { mine: boolean }>(FIRST, [clientIdOf(req), idempotencyKeyOf(req)])
+        if (!seen.rows[0]!.mine) throw new AppError('ERR_IDEMPOTENCY_IN_PROGRESS', { detail: 'a screening with this Idempotency-Key is still being processed; retry after a second to get its answer' })
+        if (seen.rows[0]!.response) return answer(seen.rows[0] as Row, fp, false)
         const h = await cardHistory(c, body.cardToken, weights, null)
         const result = score({ amount: body.amount.value, ipCountry: body.ipCountry, billingCountry: body.billingCountry, ...h }, weights)
         const { inserted } = await insert(c, req, 'sync', result)

@@ -2,14 +2,16 @@
 //  - 1,000 authorizations against one account from many connections, half of
 //    them retries of the same keys: balances exact, one authorization per key,
 //    every approval has its hold and every hold its approval;
-//  - a duplicate that arrives while the first is still in flight waits for it
-//    and replays its answer (never a second hold);
+//  - a duplicate that arrives while the first is still in flight is told so at
+//    once (409 ERR_IDEMPOTENCY_IN_PROGRESS, Retry-After), holding no permit on
+//    the first one's locks; retried after the first ends, it replays its answer
+//    (never a second hold);
 //  - the lane killed with -9 in the middle of a burst: after a restart every 201
 //    has its hold and no hold lacks its authorization.
 import t, { type Test } from 'tap'
 import pg from 'pg'
 import { testDatabase, type TestDb } from '../helpers/db.ts'
-import { call, sleep, type Res } from '../helpers/http.ts'
+import { call, eventually, sleep, type Res } from '../helpers/http.ts'
 import { laneEnv, startProcess } from '../helpers/procs.ts'
 
 const db = await testDatabase(t)
@@ -46,7 +48,8 @@ t.test('1,000 concurrent authorizations, half of them retries: exact balances, o
     while (next < work.length) {
       const key = work[next++]!
       let r: Res
-      do { r = await authorize(lane.url, key, 'tok_once_1', 7) } while (r.status === 429 && (await sleep(20), true))
+      // A client that honours 429 and 409 (the same key still in flight) retries.
+      do { r = await authorize(lane.url, key, 'tok_once_1', 7) } while ((r.status === 429 || r.status === 409) && (await sleep(20), true))
       results.set(key, [...(results.get(key) ?? []), r])
     }
   }))
@@ -64,22 +67,27 @@ t.test('1,000 concurrent authorizations, half of them retries: exact balances, o
   t.equal(acct!.held, String(500 * 7), 'held is 500 approvals of 7')
 })
 
-t.test('a duplicate that arrives while the first is in flight waits and replays', async t => {
+t.test('a duplicate that arrives while the first is in flight is told so at once, then replays', async t => {
   const locker = new pg.Client({ connectionString: db.superUrl })
   await locker.connect()
   t.teardown(() => locker.end())
   await locker.query('begin')
   await locker.query("select * from card_auth.card_accounts where token = 'tok_once_3' for update")
   const first = authorize(lane.url, 'inflight-1', 'tok_once_3', 300)
-  await sleep(200)
-  const second = authorize(lane.url, 'inflight-1', 'tok_once_3', 300)
-  await sleep(200)
+  // The first holds its key's lock, waiting on the account row.
+  await eventually(async () => (await db.query("select 1 from pg_locks l join pg_stat_activity a using (pid) where l.locktype = 'advisory' and a.usename = $1", [db.prefix + 'card_auth_ds'])).length > 0, 5_000, 20)
+  const second = await authorize(lane.url, 'inflight-1', 'tok_once_3', 300)
+  t.equal(second.status, 409, 'the duplicate is answered while the first is still running')
+  t.equal(second.body.code, 'ERR_IDEMPOTENCY_IN_PROGRESS')
+  t.equal(second.headers['retry-after'], '1', 'with Retry-After')
+  t.equal((await call(lane.url + '/status')).body.active, 1, 'and holds no permit: only the first does')
   await locker.query('commit')
-  const [a, b] = await Promise.all([first, second])
+  const a = await first
+  const b = await authorize(lane.url, 'inflight-1', 'tok_once_3', 300)
   t.equal(a.status, 201)
-  t.equal(b.status, 201)
+  t.equal(b.status, 201, 'retried after the first ended, it gets the answer')
   t.equal(a.body.id, b.body.id, 'same authorization')
-  t.equal([a, b].filter(r => r.headers['idempotent-replayed'] === 'true').length, 1, 'the later one is a replay')
+  t.equal(b.headers['idempotent-replayed'], 'true', 'as a replay')
   await invariants(t, db, 'tok_once_3', 500)
   const third = await authorize(lane.url, 'inflight-2', 'tok_once_3', 300)
   t.equal(third.body.declineReason, 'insufficient_funds', 'and the funds were held exactly once')

@@ -90,3 +90,23 @@ t.test('saturated and unable to queue: 503 ERR_FRAUD_SATURATED with Retry-After 
   t.equal(r.headers.ratelimit, '"fraud";r=0;t=5', 'RateLimit: none left, room again in 5 s')
   t.same(r.body['violated-policies'], ['fraud'], 'violated-policies')
 })
+
+t.test('a screening retried while its first attempt runs is told so at once, then replays', async t => {
+  const locker = new pg.Client({ connectionString: db.superUrl })
+  await locker.connect()
+  t.teardown(() => locker.end())
+  await locker.query('begin')
+  // Reads go on, the first attempt's insert waits: it is in flight, holding its key.
+  await locker.query('lock table fraud.screenings in exclusive mode')
+  const first = screen(950, 'fr-inflight')
+  t.ok(await eventually(async () => (await fleet.status('fraud')).active === 1), 'the first attempt runs')
+  const retry = await screen(950, 'fr-inflight')
+  t.equal(retry.status, 409, 'the retry is answered at once')
+  t.equal(retry.body.code, 'ERR_IDEMPOTENCY_IN_PROGRESS')
+  t.equal(retry.headers['retry-after'], '1')
+  await locker.query('rollback')
+  const a = await first
+  const b = await screen(950, 'fr-inflight')
+  t.equal(a.status, 200)
+  t.same([b.status, b.body.id, b.headers['idempotent-replayed']], [200, a.body.id, 'true'], 'retried after it ended: the same screening, replayed')
+})
