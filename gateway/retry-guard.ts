@@ -6,6 +6,8 @@
 //    plugin's fixed windows, which let up to 8 attempts through around a window
 //    edge. Refused attempts count too: the limit is on attempts, so a client
 //    that retries without backoff stays refused until it waits as told;
+//  - backoff: a retry that comes back sooner than the Retry-After its key was
+//    given is refused unprocessed (ADV-IR-01: no requests without backoff);
 //  - retry budget: a client's retries may be at most `budgetRatio` of its
 //    requests in the window, with a floor so a quiet client can still retry;
 //  - client rate: a plain per-client request rate (@fastify/rate-limit, its own
@@ -38,9 +40,12 @@ export const RETRY_GUARD_DEFAULTS: Readonly<RetryGuardConfig> = Object.freeze({
   clientRateMax: 5_000, clientRateWindowMs: 1_000, seenCapacity: 200_000,
 })
 
-export type BlockReason = 'retry_storm' | 'retry_budget' | 'client_rate'
+export type BlockReason = 'retry_storm' | 'retry_early' | 'retry_budget' | 'client_rate'
 
 interface Window { start: number, requests: number, retries: number }
+
+/** A retry up to this share of its Retry-After early still counts as backing off (clocks and networks jitter). */
+const EARLY_TOLERANCE = 0.2
 
 /** The spec's Retry-After for a refused retry (ADV-IR-01: "MUST include Retry-After: 5"). */
 export const RETRY_STORM_MIN_RETRY_AFTER_S = 5
@@ -71,7 +76,8 @@ export async function retryGuard (app: FastifyInstance, cfg: RetryGuardConfig, o
   const perClient = (await limiters(app, {}))({ max: cfg.clientRateMax, timeWindow: cfg.clientRateWindowMs, keyGenerator: (req: FastifyRequest) => `c:${clientOf(req)}` })
 
   // Insertion-ordered Map as a bounded memory of seen keys: the oldest go first.
-  const seen = new Map<string, number>()
+  // notBefore: the earliest a retry of the key is welcome (the last answer's Retry-After).
+  const seen = new Map<string, { at: number, notBefore: number }>()
   const windows = new Map<string, Window>()
   const windowSec = Math.ceil(cfg.windowMs / 1000)
 
@@ -86,6 +92,16 @@ export async function retryGuard (app: FastifyInstance, cfg: RetryGuardConfig, o
     throw new AppError(code, { detail, headers: { 'retry-after': String(retryAfter), ...fields.headers }, extensions: { ...fields.extensions, reason } })
   }
 
+  // Every answer to a POST with a key that carries Retry-After sets when a retry
+  // of that key is welcome again (refusals of the guard itself included).
+  app.addHook('onSend', async (req, reply) => {
+    const key = req.headers['idempotency-key']
+    const retryAfter = Number(reply.getHeader('retry-after'))
+    if (req.method !== 'POST' || typeof key !== 'string' || !(retryAfter > 0)) return
+    const entry = seen.get(`${clientOf(req)}\u0000${key}`)
+    if (entry) entry.notBefore = Date.now() + retryAfter * 1000 * (1 - EARLY_TOLERANCE)
+  })
+
   return async function guard (req: FastifyRequest): Promise<void> {
     const client = clientOf(req)
     const rate = await perClient(req)
@@ -98,14 +114,22 @@ export async function retryGuard (app: FastifyInstance, cfg: RetryGuardConfig, o
     if (!win || now - win.start >= cfg.windowMs) { win = { start: now, requests: 0, retries: 0 }; windows.set(client, win) }
     win.requests++
     const seenKey = `${client}\u0000${key}`
-    const isRetry = seen.has(seenKey)
+    const before = seen.get(seenKey)
+    const isRetry = before !== undefined
     seen.delete(seenKey)
-    seen.set(seenKey, now)
+    seen.set(seenKey, { at: now, notBefore: before?.notBefore ?? 0 })
     if (seen.size > cfg.seenCapacity) seen.delete(seen.keys().next().value as string)
 
     const attempts = await perKey(req)
     if (!attempts.isAllowed && attempts.isExceeded) {
       block('retry_storm', `more than ${cfg.perKeyAttempts - 1} retries of this Idempotency-Key within ${windowSec} s`, 'retry-storm', cfg.perKeyAttempts, windowSec, attempts.ttlInSeconds ?? windowSec, 'ERR_RETRY_STORM_BLOCKED')
+    }
+    // ADV-IR-01 forbids processing requests without client backoff. HTTP has no
+    // request header by which a client declares it backs off, but its retries
+    // show it: a retry of a key that was told Retry-After N and comes back
+    // sooner (by more than a fifth of N) is refused unprocessed, and told again.
+    if (isRetry && now < before.notBefore) {
+      block('retry_early', `this Idempotency-Key was retried before the Retry-After it was given (${((before.notBefore - now) / 1000).toFixed(1)} s early)`, 'retry-after', 1, windowSec, Math.ceil((before.notBefore - now) / 1000), 'ERR_RETRY_STORM_BLOCKED')
     }
     if (isRetry) {
       const allowed = Math.max(cfg.budgetFloor, Math.floor(cfg.budgetRatio * win.requests))

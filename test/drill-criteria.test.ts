@@ -7,7 +7,7 @@ import { renderReport } from './load/drill/html-report.ts'
 const good = (): DrillFigures => ({
   card: { fault: { count: 1000, p50Ms: 8, p99Ms: 60, maxMs: 110 }, errors: 0 },
   tax: { shed: 400, decided: { count: 400, under5: 399, p50Ms: 0.1, p99Ms: 2, maxMs: 7, runqReported: 400, wall: { under5: 396, p50Ms: 0.1, p99Ms: 6, maxMs: 41 } }, errors: 0, saturatedSeen: true },
-  storm: { errors: 0, maxReachedPerKey: 4, allowedPerKey: 8 },
+  storm: { errors: 0, maxReachedPerKey: 4, allowedPerKey: 4 },
   taxRecoveryMs: 1_800,
   ledger: { acknowledged: 1000, lost: 0, doubled: 0, phantom: 0 },
   connections: [{ role: 'card_auth_ds', orphaned: 0, total: 40, limit: 40 }, { role: 'tax_ds', orphaned: 0, total: 5, limit: 5 }],
@@ -34,7 +34,7 @@ t.test('each criterion fails on its own', async t => {
     ['shed-decision', f => { f.tax.decided = { count: 0, under5: 0, p50Ms: 0, p99Ms: 0, maxMs: 0, runqReported: 0, wall: { under5: 0, p50Ms: 0, p99Ms: 0, maxMs: 0 } } }],
     ['tax-recovery', f => { f.taxRecoveryMs = 5_000 }],
     ['tax-recovery', f => { f.taxRecoveryMs = null }],
-    ['retry-storm', f => { f.storm.maxReachedPerKey = 9 }],
+    ['retry-storm', f => { f.storm.maxReachedPerKey = 5 }],
     ['ledger', f => { f.ledger.lost = 1 }],
     ['ledger', f => { f.ledger.doubled = 1 }],
     ['ledger', f => { f.ledger.phantom = 1 }],

@@ -2,9 +2,12 @@
 // (client, Idempotency-Key) get past the gateway within ANY window, also around
 // the edge of what a fixed window would be, and a client that keeps retrying
 // without backoff gets nothing more through until it waits as told.
-// A real gateway process with a 2 s window; its lanes are down (discard port),
-// so an attempt that gets past the guard is answered 503 ERR_LANE_UNAVAILABLE
-// and a refused one 429 ERR_RETRY_STORM_BLOCKED.
+// A real gateway process with a 2 s window. The sliding window is shown with
+// attempts whose answers carry no Retry-After (a body that fails validation:
+// past the guard, 400 ERR_VALIDATION; refused, 429 ERR_RETRY_STORM_BLOCKED).
+// A retry that comes back sooner than the Retry-After its key was given is
+// refused too (ADV-IR-01: no requests without backoff): its lanes are down
+// (discard port), so a first attempt gets 503 ERR_LANE_UNAVAILABLE, Retry-After: 5.
 import t from 'tap'
 import { SlidingLog } from '../gateway/sliding-log.ts'
 import { startLoneGateway } from './helpers/gateway.ts'
@@ -16,7 +19,7 @@ const MAX = 4
 const gw = await startLoneGateway(t, { RETRY_WINDOW_MS: String(W) })
 
 interface Attempt { sentAt: number, res: Res }
-const admitted = (a: Attempt): boolean => a.res.status === 503 && a.res.body?.code === 'ERR_LANE_UNAVAILABLE'
+const admitted = (a: Attempt): boolean => a.res.status === 400 && a.res.body?.code === 'ERR_VALIDATION'
 const refused = (a: Attempt): boolean => a.res.status === 429 && a.res.body?.code === 'ERR_RETRY_STORM_BLOCKED'
 
 /** The most admitted attempts in one window [s, s + w) starting at an admitted attempt. */
@@ -78,7 +81,7 @@ async function storm (key: string, pattern: number[]): Promise<Attempt[]> {
     const wait = t0 + at - performance.now()
     if (wait > 0) await sleep(wait)
     const sentAt = performance.now()
-    out.push({ sentAt, res: await gw.post('/v1/tax/quotes', { jurisdiction: 'DE', amount: { value: 1, currency: 'EUR' } }, key) })
+    out.push({ sentAt, res: await gw.post('/v1/tax/quotes', { jurisdiction: 'DE', amount: { value: 0, currency: 'EUR' } }, key) })
   }
   return out
 }
@@ -110,9 +113,28 @@ t.test('through the gateway: at most 4 attempts of a key in any window, also acr
   const reset = (r: Res): number => Number(/;t=(\d+)/.exec(r.headers.ratelimit ?? '')?.[1])
   t.ok(reset(lastA) >= 1 && reset(lastA) <= Number(lastA.headers['retry-after']), `RateLimit t=${reset(lastA)} within Retry-After`)
   const [againA, againB] = await Promise.all([
-    sleep(reset(lastA) * 1000).then(() => storm(`edge-${process.pid}`, [0])),
+    sleep(Number(lastA.headers['retry-after']) * 1000).then(() => storm(`edge-${process.pid}`, [0])),
     sleep(Number(lastB.headers['retry-after']) * 1000).then(() => storm(`steady-${process.pid}`, [0])),
   ])
-  t.ok(admitted(againA![0]!), `after waiting RateLimit t=${reset(lastA)} s the next attempt gets through`)
+  t.ok(admitted(againA![0]!), `after waiting Retry-After ${lastA.headers['retry-after']} s the next attempt gets through`)
   t.ok(admitted(againB![0]!), `after waiting Retry-After ${lastB.headers['retry-after']} s the next attempt gets through`)
+})
+
+t.test('a retry sooner than the Retry-After its key was given is refused unprocessed; one after it goes through', async t => {
+  const key = `backoff-${process.pid}`
+  const quote = () => gw.post('/v1/tax/quotes', { jurisdiction: 'DE', amount: { value: 1, currency: 'EUR' } }, key)
+  const first = await quote()
+  t.equal(first.body.code, 'ERR_LANE_UNAVAILABLE', 'the first attempt reached the (down) lane')
+  const retryAfter = Number(first.headers['retry-after'])
+  t.equal(retryAfter, 5, 'and was told Retry-After: 5')
+  const early = await quote()
+  t.equal(early.status, 429, 'an immediate retry is refused')
+  t.match(early.body, { code: 'ERR_RETRY_STORM_BLOCKED', reason: 'retry_early', 'violated-policies': ['retry-after'] })
+  t.ok(Number(early.headers['retry-after']) >= 4, `and told again when to come back (Retry-After ${early.headers['retry-after']})`)
+  // A client that honours it: waits the Retry-After of its last answer.
+  await sleep(Number(early.headers['retry-after']) * 1000)
+  const later = await quote()
+  t.equal(later.body.code, 'ERR_LANE_UNAVAILABLE', 'a retry after the Retry-After is let through')
+  const other = await gw.post('/v1/tax/quotes', { jurisdiction: 'DE', amount: { value: 1, currency: 'EUR' } }, `other-${process.pid}`)
+  t.equal(other.body.code, 'ERR_LANE_UNAVAILABLE', 'another key of the same client is not held back')
 })

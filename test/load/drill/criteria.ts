@@ -17,6 +17,7 @@ export interface Decided {
 export interface DrillFigures {
   card: { fault: Latency, errors: number }
   tax: { shed: number, decided: Decided, errors: number, saturatedSeen: boolean }
+  /** Attempts of one key that reached a lane, in the busiest 10 s window of any key. */
   storm: { errors: number, maxReachedPerKey: number, allowedPerKey: number }
   /** ms from the fault's end until tax had fewer than 5 active permits; null = never seen. */
   taxRecoveryMs: number | null
@@ -70,8 +71,8 @@ export function evaluate (f: DrillFigures, th: Thresholds = SPEC_THRESHOLDS): Cr
     d.count > 0 && share >= DECIDE_SHARE && d.maxMs < DECIDE_CEILING_MS)
   add('tax-recovery', 'tax active permits < 5 after the fault ends', `< ${th.recoveryMs} ms`,
     f.taxRecoveryMs === null ? 'never seen' : ms(f.taxRecoveryMs), f.taxRecoveryMs !== null && f.taxRecoveryMs < th.recoveryMs)
-  add('retry-storm', 'INC-4491 client: attempts of one key that reached a lane', `<= ${f.storm.allowedPerKey} per key`,
-    `max ${f.storm.maxReachedPerKey} per key`, f.storm.maxReachedPerKey <= f.storm.allowedPerKey)
+  add('retry-storm', 'INC-4491 client: attempts of one key that reached a lane within any 10 s', `<= ${f.storm.allowedPerKey} per key per 10 s`,
+    `max ${f.storm.maxReachedPerKey} per key per 10 s`, f.storm.maxReachedPerKey <= f.storm.allowedPerKey)
   add('ledger', 'authorizations lost, doubled, or written though refused (database)', '0',
     `${f.ledger.lost} lost, ${f.ledger.doubled} doubled, ${f.ledger.phantom} phantom of ${f.ledger.acknowledged} acknowledged`,
     f.ledger.acknowledged > 0 && f.ledger.lost + f.ledger.doubled + f.ledger.phantom === 0)

@@ -265,7 +265,7 @@ async function main (): Promise<number> {
       await sleep(faultFrom * 1000 - (performance.now() - t0))
       const key = `drill-${runId}-s-${j}`
       const body = { jurisdiction: 'US-CA', amount: { value: 5_000, currency: 'USD' } }
-      let reached = 0
+      const reached: number[] = []
       while (at() < faultTo) {
         const sec = stormSec[Math.min(seconds, Math.floor(at()))]!
         sec.sent++
@@ -276,13 +276,14 @@ async function main (): Promise<number> {
           stormCodes[k] = (stormCodes[k] ?? 0) + 1
           if (r.statusCode === 429 && json.code === 'ERR_RETRY_STORM_BLOCKED') sec.blocked++
           // Answered by the tax lane: a quote (provider, compensated or replayed) or its shed 503.
-          else if (r.statusCode === 200 || json.code === 'ERR_TAX_BULKHEAD_SATURATED') reached++
+          else if (r.statusCode === 200 || json.code === 'ERR_TAX_BULKHEAD_SATURATED') reached.push(at())
           // Refused by the gateway itself for another reason: a 429 is designed, anything else is an error.
           else if (r.statusCode !== 429) stormErrors++
         } catch { stormErrors++; stormCodes.error = (stormCodes.error ?? 0) + 1 }
         await sleep(P.stormIntervalMs)
       }
-      reachedPerKey[j] = reached
+      // ADV-IR-01: at most 4 attempts of one key in ANY 10 s window (the busiest one counts).
+      reachedPerKey[j] = Math.max(0, ...reached.map(s0 => reached.filter(x => x >= s0 && x < s0 + 10).length))
     }
 
     // ---- run ------------------------------------------------------------------
@@ -363,7 +364,7 @@ async function main (): Promise<number> {
       afterMb: mb(rssIn(faultTo, end + 10).at(-1)),
     }
     const storms = { clients: P.stormClients, sent: stormSec.reduce((x, s) => x + s.sent, 0), blocked: stormSec.reduce((x, s) => x + s.blocked, 0), codes: stormCodes, reachedPerKey, errors: stormErrors }
-    const allowedPerKey = 4 * (Math.ceil(F / 10) + 1)
+    const allowedPerKey = 4
     const d = q(decided); const dw = q(decidedWall)
     const figures: DrillFigures = {
       card: { fault: q(cardH.fault), errors: cardErrors },
