@@ -398,7 +398,7 @@ t.test('migrate provisions every role of the lane table, as the owner, with its 
   }
 })
 
-t.test('the tax lane certifies its table before it starts, and a failed certification does not stop it', async t => {
+t.test('the tax lane certifies its table before it starts, and a failed certification blocks the rollout', async t => {
   const w = workload('tax')
   const lane = main(w)
   const certFile = envValue(lane, 'TAX_CERTIFICATE_FILE')!
@@ -406,8 +406,9 @@ t.test('the tax lane certifies its table before it starts, and a failed certific
   t.ok(init, 'a tax-certify init container')
   const script = [...(init?.command ?? []), ...(init?.args ?? [])].join(' ')
   t.ok(script.includes(`dist/services/main.js tax-certify --out ${certFile}`), 'writes the certificate the lane reads')
-  // Without a certificate the lane refuses compensation instead of using an uncertified rate.
-  t.match(script, /\|\| true"?$/, 'its failure does not block the pod')
+  // ADV-UC-01: uncertified compensation blocks deployment. The command is the
+  // certification itself, nothing that could swallow its exit code.
+  t.strictSame(init?.command, ['node', 'dist/services/main.js', 'tax-certify', '--out', certFile], 'its exit code is the init container\'s: a failure keeps the pod from starting')
   t.strictSame(env(init, 'TAX_PROVIDER_URL')?.valueFrom, env(lane, 'TAX_PROVIDER_URL')?.valueFrom, 'certifies against the provider the lane quotes from')
   // The root filesystem is read-only: the certificate lives on a shared emptyDir.
   const dir = path.posix.dirname(certFile)
