@@ -24,9 +24,14 @@ export async function runLane (lane: LaneName, build: Build): Promise<void> {
     const built = await build({ limits, databaseUrl: env.DATABASE_URL, logger: loggerOptions(lane) })
     app = built.app
     await assertRole(built.kit.pool, limits.db.role)
-    const warmed = await warmPool(built.kit.pool, limits.db.poolMax)
-    if (warmed < limits.db.poolMax) app.log.warn({ warmed, poolMax: limits.db.poolMax }, 'pool warm-up opened fewer connections than its max; the rest open on demand')
     await app.listen({ port: limits.port, host: limits.host })
+    // The rest of the pool opens after the lane listens: a lane restarted while
+    // its killed predecessor's backends still hold the role's connection limit
+    // must not stay down until they are gone.
+    const log = app.log
+    void warmPool(built.kit.pool, limits.db.poolMax).then(warmed => {
+      if (warmed < limits.db.poolMax) log.warn({ warmed, poolMax: limits.db.poolMax }, 'pool warm-up opened fewer connections than its max; the rest open on demand')
+    })
   } catch (err) {
     console.error(JSON.stringify({ level: 'fatal', lane, code: (err as { code?: string }).code, msg: (err as Error).message }))
     await app?.close().catch(() => {})

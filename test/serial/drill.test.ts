@@ -68,8 +68,16 @@ t.test('npm run drill (short): the functional criteria pass and the report is co
   // The drill waits for every lane to be NORMAL before the baseline (a cold CI host
   // once saturated tax during the warm-up), so tax's first move is the fault's.
   t.ok(r.phases.settledMs >= 0, `every lane NORMAL ${r.phases.settledMs} ms after the warm-up`)
-  t.match(r.tax.stateTransitions, [{ from: 'NORMAL', to: 'SATURATED' }], 'tax went SATURATED')
-  t.ok(r.tax.stateTransitions[0]?.s >= r.phases.fault[0], `tax SATURATED at ${r.tax.stateTransitions[0]?.s?.toFixed(2)} s, in the fault window from ${r.phases.fault[0]} s`)
+  // A poll the deck missed (a busy host, tax at nice 10) shows as a move to null and back: not a state.
+  const taxMoves: Array<{ s: number, from: string, to: string }> = []
+  let last: string | null = 'NORMAL'
+  for (const x of r.tax.stateTransitions as Array<{ s: number, to: string | null }>) {
+    if (x.to === null || x.to === last) continue
+    taxMoves.push({ s: x.s, from: last!, to: x.to })
+    last = x.to
+  }
+  t.match(taxMoves, [{ from: 'NORMAL', to: 'SATURATED' }], 'tax went SATURATED')
+  t.ok((taxMoves[0]?.s ?? -1) >= r.phases.fault[0], `tax SATURATED at ${taxMoves[0]?.s?.toFixed(2)} s, in the fault window from ${r.phases.fault[0]} s`)
   t.same(r.otherLaneTransitions.filter((x: { lane: string, to: string | null }) => x.lane === 'card-auth' && x.to !== 'NORMAL' && x.to !== null), [], 'card-auth never SATURATED or RECOVERING (a missed deck poll shows as null)')
   t.ok(r.tax.recoveryMs !== null, `tax active < 5 ${r.tax.recoveryMs} ms after the fault's end`)
   t.ok(r.retryingClient.blocked > 0 && r.retryingClient.reachedPerKey.every((n: number) => n <= r.retryingClient.allowedPerKey), `retrying client: ${r.retryingClient.blocked} of ${r.retryingClient.sent} blocked at the gateway`)

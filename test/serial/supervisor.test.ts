@@ -60,7 +60,7 @@ t.test('the fleet comes up with credentials, survives a killed lane, and stops c
 
   process.kill(pids['card-auth']!, 'SIGKILL')
   const again = await eventually(async () => { const r = await authorize('sup-2'); return r.status === 201 ? r : undefined }, 20_000, 200)
-  t.ok(again, 'card-auth is back after kill -9')
+  t.ok(again, `card-auth is back after kill -9${again ? '' : `\n${lines.filter(l => l.startsWith('[') || l.includes('"card-auth"')).slice(-20).join('\n')}`}`)
   t.ok(lines.some(l => /card-auth exited \(SIGKILL\); restart #1/.test(l)), 'the supervisor logged the restart')
 
   const children = Object.values(pids)
