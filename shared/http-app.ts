@@ -3,7 +3,7 @@
 // and logs that never carry bodies or credentials.
 import crypto from 'node:crypto'
 import type { IncomingMessage } from 'node:http'
-import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
+import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import { AppError } from './errors.ts'
 import { installProblemHandlers, problemBody } from './problem.ts'
 
@@ -58,7 +58,7 @@ export function createHttpApp (opts: HttpAppOptions = {}): FastifyInstance {
     // Fastify logs two info lines per request: at 1,400 req/s that is most of a
     // lane's logging CPU, and at idle the health checks alone were 14 lines/s.
     // One line per request at debug instead (below), none for health and metrics.
-    disableRequestLogging: true,
+    logController: new LogController({ disableRequestLogging: true }),
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false, allErrors: false, useDefaults: true } },
   })
   const drain = opts.drain ?? DRAIN_DEFAULTS

@@ -7,7 +7,7 @@ import t from 'tap'
 import { updateQueue } from '../../shared/queue/admin.ts'
 import { testDatabase } from '../helpers/db.ts'
 import { startFleet } from '../helpers/fleet.ts'
-import { admitReason, eventually } from '../helpers/http.ts'
+import { admitReason, eventually, sleep } from '../helpers/http.ts'
 import { maxConcurrency, startWorker } from '../helpers/queue.ts'
 
 const env = { FRAUD_PERMITS: '2', FRAUD_QUEUE: '1', FRAUD_QUEUE_WAIT_MS: '20' }
@@ -106,6 +106,8 @@ t.test('a screening retried while its first attempt runs is told so at once, the
   t.equal(retry.headers['retry-after'], '1')
   await locker.query('rollback')
   const a = await first
+  // A well-behaved client waits the Retry-After it was given (the gateway refuses a sooner retry).
+  await sleep(Number(retry.headers['retry-after']) * 1000)
   const b = await screen(950, 'fr-inflight')
   t.equal(a.status, 200)
   t.same([b.status, b.body.id, b.headers['idempotent-replayed']], [200, a.body.id, 'true'], 'retried after it ended: the same screening, replayed')

@@ -1,0 +1,51 @@
+// CPU time of processes from /proc/<pid>/stat (utime + stime, in clock ticks of
+// 10 ms), and of a PostgreSQL server's backends grouped by the role they
+// connect as, so a benchmark can divide each by the requests it served.
+import { execFileSync } from 'node:child_process'
+import fs from 'node:fs'
+import type pg from 'pg'
+import { descendants } from './local-fleet.ts'
+
+const TICK_US = 1_000_000 / Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim() || 100)
+
+/** CPU used so far by a process (µs); undefined when it is gone. */
+export function cpuUs (pid: number): number | undefined {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    return (Number(f[11]) + Number(f[12])) * TICK_US
+  } catch { return undefined }
+}
+
+function cmdline (pid: number): string {
+  try { return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean).join(' ') } catch { return '' }
+}
+
+/**
+ * What to call each process below `root`: a fleet child by the process it runs
+ * (`node dist/services/main.js <name>`), a PostgreSQL backend by its role
+ * (`pg:<role>`), PostgreSQL's own processes `pg:server`, anything else by its command.
+ */
+export async function fleetProcesses (root: number, db: pg.Client, names: Record<number, string> = {}): Promise<Map<number, string>> {
+  const { rows } = await db.query<{ pid: number, usename: string | null, backend_type: string }>('select pid, usename, backend_type from pg_stat_activity')
+  const role = new Map(rows.map(r => [r.pid, r.usename ? `pg:${r.usename.replace(/^t[0-9a-f]{8}_/, '')}` : 'pg:server']))
+  const out = new Map<number, string>()
+  for (const pid of [root, ...descendants(root)]) {
+    const cmd = cmdline(pid)
+    const m = /services\/main\.js (\S+)/.exec(cmd)
+    const label = names[pid] ?? (role.get(pid) ?? (m ? m[1]! : /postgres/.test(cmd) ? 'pg:server' : /supervisor/.test(cmd) ? 'supervisor' : cmd.split(' ').slice(0, 2).join(' ')))
+    out.set(pid, label)
+  }
+  // A child's worker is named after its queues.
+  return out
+}
+
+/** CPU µs per label right now. */
+export function cpuByLabel (procs: Map<number, string>): Map<string, number> {
+  const out = new Map<string, number>()
+  for (const [pid, label] of procs) {
+    const us = cpuUs(pid)
+    if (us !== undefined) out.set(label, (out.get(label) ?? 0) + us)
+  }
+  return out
+}
