@@ -34,6 +34,9 @@ const FLEET: Record<string, 'Gauge' | 'Counter' | 'Histogram' | 'Summary'> = {
   bulkhead_db_pool_connections: 'Gauge',
   http_request_duration_seconds: 'Histogram',
   bulkhead_request_latency_seconds: 'Summary',
+  bulkhead_recovery_lag_seconds: 'Gauge',
+  bulkhead_pool_resets_total: 'Counter',
+  db_pool_connection_leaks_total: 'Counter',
   gateway_upstream_inflight: 'Gauge',
   gateway_retry_storm_blocked_total: 'Counter',
   gateway_lane_unavailable_total: 'Counter',
@@ -43,6 +46,7 @@ const FLEET: Record<string, 'Gauge' | 'Counter' | 'Histogram' | 'Summary'> = {
   queue_oldest_pending_age_seconds: 'Gauge',
   queue_worker_running: 'Gauge',
   queue_zombies_rescued_total: 'Counter',
+  queue_zombies_stranded: 'Gauge',
   queue_job_duration_seconds: 'Histogram',
   deck_target_up: 'Gauge',
 }

@@ -59,7 +59,9 @@ t.test('the fleet comes up with credentials, survives a killed lane, and stops c
   t.ok(lanes, 'with the printed token, the deck sees every lane and process up')
 
   process.kill(pids['card-auth']!, 'SIGKILL')
-  const again = await eventually(async () => { const r = await authorize('sup-2'); return r.status === 201 ? r : undefined }, 20_000, 200)
+  // A fresh key per try: retrying one key faster than its Retry-After is refused at the gateway.
+  let tries = 0
+  const again = await eventually(async () => { const r = await authorize(`sup-2-${++tries}`); return r.status === 201 ? r : undefined }, 20_000, 200)
   t.ok(again, `card-auth is back after kill -9${again ? '' : `\n${lines.filter(l => l.startsWith('[') || l.includes('"card-auth"')).slice(-20).join('\n')}`}`)
   t.ok(lines.some(l => /card-auth exited \(SIGKILL\); restart #1/.test(l)), 'the supervisor logged the restart')
 
