@@ -1,21 +1,26 @@
-// The worker loop: claim what local slots allow (the claim enforces MaxWorkers
-// fleet-wide), run each job with a heartbeat, complete or fail it, and look for
-// more when a job ends, when PostgreSQL NOTIFYs (enqueue, queue change) or at the
-// poll interval. Zombie rescue runs on its own timer in every worker (safe to run
-// concurrently: it skips locked rows), over the queues and job types this worker
-// knows (shared/queue/rescue.ts says why); it also reports zombies nobody
-// running can judge, as `stranded`. Drain stops claiming, lets running jobs
-// finish, then aborts and releases whatever is left.
+// The worker loop: one round trip per cycle (shared/queue/claim.ts fetchJobs)
+// archives the jobs this worker finished since the last cycle and claims, already
+// started, what its free local slots allow (the claim enforces MaxWorkers
+// fleet-wide). A cycle runs when jobs finish (once per batch: finishes in the
+// same turn of the event loop share one), when PostgreSQL NOTIFYs (enqueue,
+// queue change) and at the poll interval; one cycle at a time, and finishes that
+// arrive meanwhile go in the next. A finished job keeps its heartbeat until its
+// completion is committed. Failures are written one by one (retry with backoff
+// or dead letter): they are rare, and each needs its own decision. Zombie rescue
+// runs on its own timer in every worker (safe to run concurrently: it skips
+// locked rows), over the queues and job types this worker knows
+// (shared/queue/rescue.ts says why); it also reports zombies nobody running can
+// judge, as `stranded`. Drain stops claiming, lets running jobs finish and
+// completes them, then aborts and releases whatever is left.
 import crypto from 'node:crypto'
 import { EventEmitter } from 'node:events'
 import type pg from 'pg'
 import { createClient } from '../../shared/db/pool.ts'
-import { claim } from '../../shared/queue/claim.ts'
-import { complete } from '../../shared/queue/complete.ts'
+import { fetchJobs } from '../../shared/queue/claim.ts'
 import { fail } from '../../shared/queue/fail.ts'
 import { heartbeat } from '../../shared/queue/heartbeat.ts'
-import { start } from '../../shared/queue/start.ts'
 import { rescueZombies, strandedZombies, type StrandedZombies } from '../../shared/queue/rescue.ts'
+import { workerGone, workerSeen } from '../../shared/queue/workers.ts'
 import type { Job } from '../../shared/queue/types.ts'
 import type { JobType } from './job-types.ts'
 
@@ -36,18 +41,32 @@ export interface WorkerOptions {
   log: { info (o: object, m: string): void, warn (o: object, m: string): void, error (o: object, m: string): void }
 }
 
-interface Running { job: Job, ac: AbortController, done: Promise<void> }
+interface Running {
+  job: Job
+  ac: AbortController
+  t0: number
+  /** Settles once the job's outcome is written (for a success: its completion committed). */
+  done: Promise<void>
+  /** true while its handler runs; false once it finished and waits for its completion. */
+  executing: boolean
+}
+
+interface Finished { entry: Running, result: unknown, settle: (outcome: 'completed' | 'lost') => void }
 
 export class Worker extends EventEmitter {
   readonly id: string
   readonly #o: WorkerOptions
   readonly #types: Map<string, JobType>
   readonly #running = new Map<string, Running>()
+  /** Jobs whose handler succeeded, to complete in the next cycle. */
+  #finished: Finished[] = []
   #listener: pg.Client | undefined
   #timers: NodeJS.Timeout[] = []
   #cycle: Promise<void> | undefined
+  #scheduled = false
   #again = false
   #draining = false
+  #stopped = false
   readonly stats = { claimed: 0, completed: 0, failed: 0, rescued: {} as Record<string, number> }
   /** Zombies no running worker knowing them has rescued, fleet-wide, as of the last rescue cycle. */
   stranded: StrandedZombies[] = []
@@ -60,9 +79,10 @@ export class Worker extends EventEmitter {
     this.#types = new Map(o.types.map(t => [t.type, t]))
   }
 
+  /** Jobs whose handler is running now, per queue. */
   runningByQueue (): Record<string, number> {
     const out: Record<string, number> = Object.fromEntries(Object.keys(this.#o.queues).map(q => [q, 0]))
-    for (const r of this.#running.values()) out[r.job.queue] = (out[r.job.queue] ?? 0) + 1
+    for (const r of this.#running.values()) if (r.executing) out[r.job.queue] = (out[r.job.queue] ?? 0) + 1
     return out
   }
 
@@ -74,67 +94,93 @@ export class Worker extends EventEmitter {
     await l.query('listen jobs_enqueued')
     await l.query('listen jobs_control')
     this.#listener = l
+    await this.#seen()
     const every = (ms: number, fn: () => void): void => { const t = setInterval(fn, ms); t.unref(); this.#timers.push(t) }
     every(this.#o.pollMs ?? 1_000, () => this.wake())
-    every(this.#o.heartbeatMs ?? 2_000, () => { void this.#beat() })
+    every(this.#o.heartbeatMs ?? 2_000, () => { void this.#beat(); void this.#seen().catch(err => this.#o.log.warn({ err }, 'worker registration failed')) })
     every(this.#o.rescueMs ?? 5_000, () => { void this.#rescue() })
     this.wake()
   }
 
-  /** Run a fetch cycle now (or right after the current one). */
+  /** Run a fetch cycle soon: after the current turn of the event loop (so jobs finishing together share it), or right after the cycle in flight. */
   wake (): void {
-    if (this.#draining) return
+    if (this.#stopped) return
     if (this.#cycle) { this.#again = true; return }
-    this.#cycle = this.#fetch().catch(err => this.#o.log.error({ err }, 'fetch cycle failed')).finally(() => {
-      this.#cycle = undefined
-      if (this.#again) { this.#again = false; this.wake() }
+    if (this.#scheduled) return
+    this.#scheduled = true
+    setImmediate(() => {
+      this.#scheduled = false
+      this.#cycle = this.#fetch().catch(err => {
+        this.#o.log.error({ err }, 'fetch cycle failed')
+        // Completions still to write: try again after a poll interval, timers or not (drain has none).
+        if (this.#finished.length > 0) setTimeout(() => this.wake(), this.#o.pollMs ?? 1_000).unref()
+      }).finally(() => {
+        this.#cycle = undefined
+        if (this.#again) { this.#again = false; this.wake() }
+      })
     })
   }
 
   async #fetch (): Promise<void> {
     const running = this.runningByQueue()
-    const slots = Object.fromEntries(Object.entries(this.#o.queues).map(([q, n]) => [q, n - (running[q] ?? 0)]))
-    if (Object.values(slots).every(n => n <= 0)) return
-    const client = await this.#o.pool.connect()
-    let jobs: Job[]
-    try { jobs = await claim(client, { workerId: this.id, slots }) } finally { client.release() }
-    this.stats.claimed += jobs.length
-    for (const job of jobs) this.#run(job)
+    const slots = this.#draining ? {} : Object.fromEntries(Object.entries(this.#o.queues).map(([q, n]) => [q, Math.max(0, n - (running[q] ?? 0))]))
+    const finished = this.#finished
+    if (finished.length === 0 && Object.values(slots).every(n => n <= 0)) return
+    this.#finished = []
+    let r
+    try {
+      r = await fetchJobs(this.#o.pool, { workerId: this.id, slots, done: finished.map(f => ({ id: f.entry.job.id, lease: f.entry.job.lease!, result: f.result })) })
+    } catch (err) {
+      // Not written (or not known to be): try again in the next cycle; the heartbeat keeps them alive meanwhile.
+      this.#finished.unshift(...finished)
+      throw err
+    }
+    for (const f of finished) f.settle(r.completed.has(f.entry.job.id) ? 'completed' : 'lost')
+    this.stats.claimed += r.jobs.length
+    for (const job of r.jobs) this.#run(job)
   }
 
   #run (job: Job): void {
-    const ac = new AbortController()
-    const entry: Running = { job, ac, done: Promise.resolve() }
+    const entry: Running = { job, ac: new AbortController(), t0: performance.now(), done: Promise.resolve(), executing: true }
     this.#running.set(job.id, entry)
-    entry.done = (async () => {
-      const t0 = performance.now()
-      let outcome = 'completed'
-      try {
-        if (!(await start(this.#o.pool, job.id, job.lease!))) { outcome = 'lost'; return }
-        job.attempts++
-        const type = this.#types.get(job.type)
-        if (!type) {
-          outcome = await fail(this.#o.pool, job.id, job.lease!, `no handler for job type ${job.type} in worker ${this.id}`, { fatal: true, ...this.#o.backoff })
-          return
-        }
-        try {
-          const result = await type.run(job.payload, { signal: ac.signal, job, db: type.lane ? this.#o.lanePools?.[type.lane] : undefined })
-          outcome = (await complete(this.#o.pool, job.id, job.lease!, result)) ? 'completed' : 'lost'
-        } catch (err) {
-          const fatal = (err as { fatal?: boolean }).fatal === true
-          outcome = await fail(this.#o.pool, job.id, job.lease!, (err as Error).message ?? String(err), { fatal, ...this.#o.backoff })
-        }
-      } catch (err) {
-        outcome = 'error'
-        this.#o.log.error({ err, job: job.id }, 'job bookkeeping failed; rescue will pick it up')
-      } finally {
-        this.#running.delete(job.id)
-        if (outcome === 'completed') this.stats.completed++
-        else this.stats.failed++
-        this.emit('job', { queue: job.queue, type: job.type, outcome, seconds: (performance.now() - t0) / 1000 })
-        this.wake()
+    entry.done = this.#execute(entry).then(outcome => {
+      this.#running.delete(job.id)
+      if (outcome === 'completed') this.stats.completed++
+      else this.stats.failed++
+      this.emit('job', { queue: job.queue, type: job.type, outcome, seconds: (performance.now() - entry.t0) / 1000 })
+    })
+  }
+
+  /** Run the handler (the job is started: the claim did it) and write its outcome. */
+  async #execute (entry: Running): Promise<string> {
+    const { job, ac } = entry
+    const type = this.#types.get(job.type)
+    let result: unknown
+    try {
+      if (!type) {
+        entry.executing = false
+        return await fail(this.#o.pool, job.id, job.lease!, `no handler for job type ${job.type} in worker ${this.id}`, { fatal: true, ...this.#o.backoff })
       }
-    })()
+      result = await type.run(job.payload, { signal: ac.signal, job, db: type.lane ? this.#o.lanePools?.[type.lane] : undefined })
+    } catch (err) {
+      entry.executing = false
+      try {
+        const fatal = (err as { fatal?: boolean }).fatal === true
+        return await fail(this.#o.pool, job.id, job.lease!, (err as Error).message ?? String(err), { fatal, ...this.#o.backoff })
+      } catch (e) {
+        this.#o.log.error({ err: e, job: job.id }, 'job bookkeeping failed; rescue will pick it up')
+        return 'error'
+      } finally { this.wake() }
+    }
+    entry.executing = false
+    const outcome = new Promise<'completed' | 'lost'>(resolve => this.#finished.push({ entry, result, settle: resolve }))
+    this.wake()
+    return await outcome
+  }
+
+  /** Our row in the worker registry, alive for a few heartbeats (a loaded host may delay one or two). */
+  #seen (): Promise<void> {
+    return workerSeen(this.#o.pool, this.id, this.#o.queues, 5 * (this.#o.heartbeatMs ?? 2_000) + 1_000)
   }
 
   async #beat (): Promise<void> {
@@ -157,10 +203,11 @@ export class Worker extends EventEmitter {
     } catch (err) { this.#o.log.warn({ err }, 'zombie rescue failed') }
   }
 
-  /** Stop claiming; let running jobs finish for up to graceMs, then abort and release them. */
+  /** Stop claiming; let running jobs finish (and complete them) for up to graceMs, then abort and release them. */
   async drain (graceMs = 10_000): Promise<void> {
     this.#draining = true
     for (const t of this.#timers) clearInterval(t)
+    await workerGone(this.#o.pool, this.id).catch(err => this.#o.log.warn({ err }, 'worker deregistration failed'))
     await this.#cycle
     const all = Promise.all([...this.#running.values()].map(r => r.done))
     const timedOut = await Promise.race([all.then(() => false), new Promise<boolean>(r => setTimeout(() => r(true), graceMs).unref())])
@@ -168,6 +215,8 @@ export class Worker extends EventEmitter {
       for (const r of this.#running.values()) r.ac.abort(new Error('worker draining'))
       await all
     }
+    this.#stopped = true
+    await this.#cycle
     await this.#listener?.end().catch(() => {})
   }
 }

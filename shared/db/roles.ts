@@ -32,10 +32,11 @@ export async function provisionRoles (client: pg.Client | pg.PoolClient, passwor
     await client.query(`grant select, insert, update, delete on all tables in schema ${ident(r.schema)} to ${role}`)
     await client.query(`grant usage, select on all sequences in schema ${ident(r.schema)} to ${role}`)
     await client.query(`grant execute on all functions in schema ${ident(r.schema)} to ${role}`)
-    // Lanes that own queues may enqueue through jobs.enqueue() and nothing else of the queue schema.
+    // Lanes that own queues may enqueue through jobs.enqueue() / jobs.enqueue_many() and nothing else of the queue schema.
     if (r.enqueues) {
       await client.query(`grant usage on schema jobs to ${role}`)
       await client.query(`grant execute on function jobs.enqueue(text, text, jsonb, integer, integer, integer, text) to ${role}`)
+      await client.query(`grant execute on function jobs.enqueue_many(text, text, jsonb[], text[], integer, integer, integer) to ${role}`)
     }
   }
 }
