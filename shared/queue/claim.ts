@@ -2,51 +2,59 @@
 // every worker process of the fleet. Both calls below are one statement, one
 // round trip: `select … from jobs.fetch(…)` (shared/db/migrations/0007).
 //
-// Why the hard limit holds. The limit is broken only if two claims of one queue
-// count the same free slot. ChokaQ's single statement (count active jobs in a
-// CTE, claim `max_workers - active` with FOR UPDATE SKIP LOCKED) does exactly
-// that under READ COMMITTED: two claimers run it on snapshots that both predate
-// the other's claim, see the same free slot and both take it (ChokaQ's docs
-// call its MaxWorkers best-effort; pg-boss says the same of its group limit).
-// So jobs.fetch serializes the claimers of a limited queue on a
-// transaction-scoped advisory lock (727003, hashtext(queue)), and counts in a
-// later statement than the one that got the lock: a PL/pgSQL function that is
-// VOLATILE takes a fresh snapshot for each statement, and a transaction is
-// visible to others before its locks are released, so the count sees every
-// claim of the claimer that held the lock before. Only a claim raises the
-// active count; completions, failures, rescues and deactivation between our
-// count and our update only lower it, so the error is always on the safe side.
-// Queues without a limit are claimed under the same lock taken shared:
-// unlimited claimers do not wait for each other, yet a change of the queue row
-// (a trigger takes the lock exclusive before any UPDATE of jobs.queues) waits
-// for claims in flight and they for it, so a limit set at run time counts every
-// job claimed before it. Claimers take their locks in queue-name order, so two
-// of them never wait for each other in a cycle.
+// Why the hard limit holds. It breaks only if two claims count the same free
+// slot. ChokaQ's single statement (count active jobs in a CTE, claim
+// `max_workers - active` with FOR UPDATE SKIP LOCKED) does exactly that under
+// READ COMMITTED: two claimers run it on snapshots that both predate the
+// other's claim (ChokaQ's docs call its MaxWorkers best-effort; pg-boss says
+// the same of its group limit, and in our bench it ran 20 at groupConcurrency
+// 10). jobs.fetch keeps one invariant per limited queue:
+//     sum over workers of held(w) <= max_workers,
+//     held(w) = max(share(w), active(w)) for a worker with a share in
+//     jobs.shares, active(w) for anyone else,
+// and active jobs never exceed the sum. How each change keeps it:
+//  - A claim within one's share (the fast path, the queue's advisory lock
+//    taken SHARED, so workers do not wait for each other): active(w) + k <=
+//    share(w), held(w) unchanged. One claim per (queue, worker) at a time (a
+//    second advisory lock), counting its own active jobs in a statement after
+//    that lock, so two claims of one worker cannot both use the same room.
+//  - A share that grows, or a claim by a claimer with no share (tools, tests):
+//    only under the queue's lock taken EXCLUSIVE, so every other claim has
+//    committed, and counted in a later statement than the one that took the
+//    lock (a VOLATILE PL/pgSQL function takes a fresh snapshot per statement,
+//    and a transaction is visible before its locks are released): held(me) <=
+//    max_workers - sum of the others' held. What the others add later stays
+//    within their shares, which were counted.
+//  - Everything else only lowers the sum: completions, failures, rescues and
+//    deactivation lower active(w); a worker gives back share above its fair
+//    share; drain deletes its shares; a grower deletes the share of a worker
+//    no longer live (its active jobs still count, and without the row that
+//    worker's fast path claims nothing); a change of the queue row takes the
+//    lock exclusive (a trigger) and deletes every share of the queue, so a new
+//    limit is counted against every job then active.
+// Shares are fair shares: max_workers dealt among the live workers serving the
+// queue (jobs.workers, refreshed with the heartbeat), fewest local slots
+// first. Without them the worker that completes a job would take its slot back
+// in the same transaction, and one process would keep a limited queue.
 //
-// Strategies measured (no-op jobs, one queue, 2 cores, claim+complete jobs/s;
-// `npm run bench:queue`, docs/queue-benchmarks.md has the dated runs):
+// Strategies measured (no-op jobs, one queue, 2 cores; docs/queue-benchmarks.md
+// has the dated runs):
 //  1. ChokaQ's single statement: fast, but not a limit (overshoot is real).
 //  2. SERIALIZABLE claims: correct, but under load claimers mostly retry
 //     serialization failures.
-//  3. Lock the queue row FOR NO KEY UPDATE, count and claim, one statement per
-//     step in an explicit transaction; start and complete one job per round
-//     trip (until 2026-12): 1,202 jobs/s unlimited, 1,139 with the limit on.
-//     The limit cost 5%; the queue cost everything else: 3 + 2 round trips
-//     per job, a commit per job.
-//  4. (chosen) jobs.fetch: the same argument with an advisory lock instead of
-//     the row lock (no heap write, no WAL, no tuple lock on every claim), in one
-//     function call; start folded into the claim (status processing at once);
-//     the worker's finished jobs completed in the same call, ahead of the claim,
-//     so one commit per batch both frees and refills its slots.
-//
-// Fair share. Completing and claiming in one transaction means the worker that
-// frees a slot of a limited queue takes it back before anyone else can see it
-// free: one process would keep the queue to itself. So jobs.fetch leaves each
-// other live worker serving the queue (jobs.workers, refreshed with the
-// heartbeat) what it is owed — up to ceil(max_workers / workers), less what it
-// holds — unless the claimer is owed too, and NOTIFYs jobs_control when it left
-// slots for them. This only ever lowers a claim; the limit itself rests on the
-// count alone.
+//  3. Lock the queue row FOR NO KEY UPDATE, count and claim, in an explicit
+//     transaction; start and complete one job per round trip (until 2026-12):
+//     1,202 jobs/s unlimited, 1,139 with the limit on. 3 + 2 round trips and a
+//     commit per job.
+//  4. One call per batch (complete what finished, claim and start the next
+//     ones), every claim of a limited queue serialized on an exclusive
+//     advisory lock held through its commit: at MaxWorkers 10 with two
+//     claimers, 1,800-2,400 jobs/s against 4,500-5,700 unlimited at the same
+//     concurrency: each claim waits for the other's commit (a WAL flush).
+//  5. (chosen) 4 with shares: the exclusive lock only to grow a share; the
+//     steady state claims under the shared lock, and commits of both workers
+//     share WAL flushes. Library claimers, same run: 3,400-3,600 jobs/s
+//     limited against 3,700-4,500 unlimited at equal concurrency.
 import type { Db, Job } from './types.ts'
 
 export interface ClaimRequest {

@@ -5,35 +5,50 @@
 -- transaction-scoped advisory lock per queue; shared/queue/claim.ts says why
 -- and what it measured.
 
--- Every claim of a queue holds this lock (exclusive where the queue has a
--- limit, shared where it has none) until its transaction ends; so does every
--- change of a queue row (below), so a claim never runs half under the old
--- settings and half under the new ones. Key space 727003 (the two-int form;
--- the bigint locks of migrate.ts and card_auth.authorize live apart from it).
--- Two queue names with one hash only serialize each other: never unsafe.
+-- Every claim of a queue holds this lock until its transaction ends: shared
+-- on the fast path, exclusive where a claim must see every other claim (an
+-- unregistered claimer, or a worker growing its share of a limited queue); so
+-- does every change of a queue row, exclusive (the trigger below), so a claim
+-- never runs half under the old settings and half under the new ones. Key
+-- space 727003 (the two-int form; the bigint locks of migrate.ts and
+-- card_auth.authorize live apart from it). Two queue names with one hash only
+-- serialize each other: never unsafe.
 create function jobs.queue_lock_id(p_queue text) returns integer
 language sql immutable parallel safe as $$ select hashtext(p_queue) $$;
 
-create function jobs.queues_serialize() returns trigger
-language plpgsql as $$
-begin
-  perform pg_advisory_xact_lock(727003, jobs.queue_lock_id(old.name));
-  return new;
-end $$;
-create trigger queues_serialize before update on jobs.queues
-  for each row execute function jobs.queues_serialize();
-
 -- The worker processes alive now, with the queues they serve and their local
 -- slots for each; a worker refreshes its row with its heartbeat and deletes it
--- when it drains. A limited queue is shared fairly among them (jobs.fetch):
--- without this, the worker that completes a job takes its slot back in the
--- same transaction, and one process keeps a limited queue to itself.
+-- (and its shares) when it drains.
 create table jobs.workers (
   id          text primary key,
   queues      text[] not null,
   slots       integer[] not null,
   expires_at  timestamptz not null
 );
+
+-- Each live worker's share of a limited queue: it claims on its own within its
+-- share (active jobs of its own <= slots), and the shares of a queue, with the
+-- active jobs of anyone without one, never add up to more than max_workers
+-- (shared/queue/claim.ts has the argument).
+create table jobs.shares (
+  queue      text not null references jobs.queues (name) on delete cascade,
+  worker_id  text not null,
+  slots      integer not null check (slots >= 0),
+  primary key (queue, worker_id)
+);
+
+create function jobs.queues_serialize() returns trigger
+language plpgsql as $$
+begin
+  perform pg_advisory_xact_lock(727003, jobs.queue_lock_id(old.name));
+  -- A new limit: every share is handed back and grown again under it.
+  if new.max_workers is distinct from old.max_workers then
+    delete from jobs.shares where queue = old.name;
+  end if;
+  return new;
+end $$;
+create trigger queues_serialize before update on jobs.queues
+  for each row execute function jobs.queues_serialize();
 
 create function jobs.worker_seen(p_worker text, p_queues text[], p_slots integer[], p_ttl_ms integer) returns void
 language sql set search_path = jobs, pg_temp as $$
@@ -44,6 +59,58 @@ language sql set search_path = jobs, pg_temp as $$
 $$;
 revoke all on function jobs.worker_seen from public;
 
+create function jobs.worker_gone(p_worker text) returns void
+language sql set search_path = jobs, pg_temp as $$
+  delete from jobs.shares where worker_id = p_worker;
+  delete from jobs.workers where id = p_worker;
+$$;
+revoke all on function jobs.worker_gone from public;
+
+-- A worker's fair share of a limited queue: max_workers dealt out among the
+-- live workers serving it, fewest local slots first (each gets at most its
+-- slots and at most an even split of what is left), ties by id, so every
+-- worker computes the same deal. registered = false: p_worker is not one of
+-- them (share is null).
+create function jobs.fair_share(p_queue text, p_worker text, p_max integer, out registered boolean, out share integer)
+language plpgsql stable set search_path = jobs, pg_temp as $$
+declare
+  r record;
+  v_left integer := p_max;
+  v_n integer;
+  v_s integer;
+begin
+  registered := false;
+  select count(*)::int into v_n from jobs.workers w where w.expires_at > clock_timestamp() and p_queue = any (w.queues);
+  for r in
+    select w.id, ws.slots from jobs.workers w cross join lateral unnest(w.queues, w.slots) as ws(queue, slots)
+     where ws.queue = p_queue and w.expires_at > clock_timestamp() order by ws.slots, w.id
+  loop
+    v_s := greatest(0, least(r.slots, ceil(v_left::numeric / v_n)::int));
+    if r.id = p_worker then registered := true; share := v_s; return; end if;
+    v_left := v_left - v_s; v_n := v_n - 1;
+  end loop;
+end $$;
+revoke all on function jobs.fair_share from public;
+
+-- What everyone but p_worker holds of a limited queue (a live worker: the
+-- larger of its share and its active jobs; anyone else: its active jobs), and
+-- p_worker's own active jobs.
+create function jobs.queue_held(p_queue text, p_worker text, out others_hold integer, out my_active integer)
+language sql stable set search_path = jobs, pg_temp as $$
+  with act as (
+         select h.worker_id, count(*)::int as n from jobs.jobs_hot h
+          where h.queue = p_queue and h.status in ('fetched', 'processing') group by h.worker_id),
+       live as (
+         select w.id from jobs.workers w where w.expires_at > clock_timestamp() and p_queue = any (w.queues)),
+       everyone as (
+         select coalesce(l.id, a.worker_id) as id, (l.id is not null) as live, coalesce(a.n, 0) as active
+           from live l full join act a on a.worker_id = l.id)
+  select coalesce(sum(greatest(case when e.live then coalesce(s.slots, 0) else 0 end, e.active)) filter (where e.id <> p_worker), 0)::int,
+         coalesce(sum(e.active) filter (where e.id = p_worker), 0)::int
+    from everyone e left join jobs.shares s on s.queue = p_queue and s.worker_id = e.id
+$$;
+revoke all on function jobs.queue_held from public;
+
 -- Complete a worker's finished jobs, then claim up to p_slots[i] pending jobs
 -- of each queue p_queues[i], never more than its MaxWorkers fleet-wide. One
 -- call, one transaction when called on its own (autocommit): one commit per
@@ -52,8 +119,8 @@ revoke all on function jobs.worker_seen from public;
 -- into the claim (status processing, attempt + 1, first heartbeat); without it
 -- claimed jobs are only fetched.
 -- Each statement below takes a fresh snapshot (a VOLATILE PL/pgSQL function,
--- READ COMMITTED): the count of a limited queue is read after its lock is ours,
--- so it sees every claim committed by the claimer that held the lock before.
+-- READ COMMITTED), so whatever it reads after a lock is ours includes every
+-- claim committed by those that held the lock before.
 create function jobs.fetch(
   p_worker text, p_queues text[], p_slots integer[],
   p_done bigint[] default '{}', p_leases uuid[] default '{}', p_results jsonb[] default '{}',
@@ -65,14 +132,17 @@ language plpgsql set search_path = jobs, pg_temp as $$
 declare
   q record;
   s record;
-  v_free integer;
-  v_active integer;
+  fs record;
+  held record;
+  v_names text[] := '{}';
+  v_slots integer[] := '{}';
+  v_excl boolean[] := '{}';
+  v_fair integer[] := '{}';
+  v_share integer;
   v_mine integer;
-  v_open integer;
-  v_others integer;
-  v_fair integer;
-  v_owed integer;
-  v_grant integer;
+  v_target integer;
+  v_free integer;
+  i integer;
 begin
   if cardinality(p_done) > 0 then
     return query
@@ -87,60 +157,72 @@ begin
       returning true, jobs_archive.id, jobs_archive.queue, jobs_archive.type, null::text, null::jsonb, null::integer, null::integer, null::integer, null::text, null::text, null::uuid;
   end if;
 
-  -- Lock the queues we may claim from, in name order (two claimers can never
-  -- wait for each other in a cycle): exclusive where a limit is set, shared
-  -- where none is (unlimited claimers do not wait for each other, but a change
-  -- of the queue row waits for them, and they for it).
+  -- A first look, without locks: which queues have due jobs for us, and which
+  -- lock each needs. Exclusive where the claim must see every other claim: an
+  -- unregistered claimer of a limited queue, or a worker whose share is below
+  -- its fair share (it grows); shared otherwise.
   for q in
-    select n.name, (qs.max_workers is not null) as limited
+    select n.name, n.slots, qs.max_workers
       from unnest(p_queues, p_slots) as n(name, slots) join jobs.queues qs on qs.name = n.name
      where n.slots > 0 and qs.active and not qs.paused
+       and exists (select 1 from jobs.jobs_hot c where c.queue = n.name and c.status = 'pending' and c.scheduled_at <= now())
      order by n.name
   loop
-    if q.limited then perform pg_advisory_xact_lock(727003, jobs.queue_lock_id(q.name));
-    else perform pg_advisory_xact_lock_shared(727003, jobs.queue_lock_id(q.name));
+    v_names := v_names || q.name; v_slots := v_slots || q.slots;
+    if q.max_workers is null then v_excl := v_excl || false; v_fair := v_fair || 0;
+    else
+      fs := jobs.fair_share(q.name, p_worker, q.max_workers);
+      select sh.slots into v_share from jobs.shares sh where sh.queue = q.name and sh.worker_id = p_worker;
+      v_fair := v_fair || coalesce(fs.share, 0);
+      v_excl := v_excl || (not fs.registered or coalesce(v_share, -1) < fs.share);
+    end if;
+  end loop;
+  -- Locks in name order: two claimers never wait for each other in a cycle.
+  for i in 1 .. cardinality(v_names) loop
+    if v_excl[i] then perform pg_advisory_xact_lock(727003, jobs.queue_lock_id(v_names[i]));
+    else perform pg_advisory_xact_lock_shared(727003, jobs.queue_lock_id(v_names[i]));
     end if;
   end loop;
 
-  for q in
-    select n.name, n.slots, (qs.max_workers is not null) as limited
-      from unnest(p_queues, p_slots) as n(name, slots) join jobs.queues qs on qs.name = n.name
-     where n.slots > 0 and qs.active and not qs.paused
-     order by n.name
-  loop
+  for i in 1 .. cardinality(v_names) loop
     -- The queue's settings as of now, under our lock.
-    select qs.max_workers, qs.paused, qs.active into s from jobs.queues qs where qs.name = q.name;
+    select qs.max_workers, qs.paused, qs.active into s from jobs.queues qs where qs.name = v_names[i];
     continue when s.paused or not s.active;
-    v_free := q.slots;
+    v_free := v_slots[i];
     if s.max_workers is not null then
-      -- Limited since our first look, and we hold only the shared lock: leave
-      -- it to the next cycle (the change NOTIFYs jobs_control).
-      continue when not q.limited;
-      select count(*)::int, (count(*) filter (where h.worker_id = p_worker))::int into v_active, v_mine
-        from jobs.jobs_hot h where h.queue = q.name and h.status in ('fetched', 'processing');
-      v_open := s.max_workers - v_active;
-      -- A fair share for each live worker serving the queue: what the others
-      -- are owed (up to their share, less what they hold) is left for them,
-      -- unless we are owed too; then we may take what we are owed. Only ever
-      -- lowers the claim: the limit rests on v_open alone.
-      select count(*)::int into v_others from jobs.workers w
-       where w.id <> p_worker and w.expires_at > clock_timestamp() and q.name = any (w.queues);
-      if v_others > 0 and v_open > 0 then
-        v_fair := ceil(s.max_workers::numeric / (v_others + 1))::int;
-        with holders as (
-          select h.worker_id, count(*)::int as n from jobs.jobs_hot h
-           where h.queue = q.name and h.status in ('fetched', 'processing') group by h.worker_id)
-        select coalesce(sum(greatest(0, least(ws.slots, v_fair) - coalesce(hd.n, 0))), 0)::int into v_owed
-          from jobs.workers w cross join lateral unnest(w.queues, w.slots) as ws(queue, slots)
-          left join holders hd on hd.worker_id = w.id
-         where w.id <> p_worker and w.expires_at > clock_timestamp() and ws.queue = q.name;
-        v_grant := greatest(v_open - v_owed, least(greatest(0, least(v_mine + q.slots, v_fair) - v_mine), v_open));
-        -- Slots left for the others: wake them (they LISTEN on jobs_control).
-        if v_owed > 0 and v_grant < v_open then perform pg_notify('jobs_control', q.name); end if;
+      if v_excl[i] then
+        -- Everyone else's claims are committed and counted. The share of a
+        -- worker no longer live is handed back (its active jobs still count).
+        delete from jobs.shares sh where sh.queue = v_names[i] and sh.worker_id <> p_worker
+           and not exists (select 1 from jobs.workers w where w.id = sh.worker_id and w.expires_at > clock_timestamp() and v_names[i] = any (w.queues));
+        held := jobs.queue_held(v_names[i], p_worker);
+        fs := jobs.fair_share(v_names[i], p_worker, s.max_workers);
+        if fs.registered then
+          -- Our share: our fair share, as far as what the others hold allows.
+          v_target := greatest(0, least(fs.share, s.max_workers - held.others_hold));
+          insert into jobs.shares as sh (queue, worker_id, slots) values (v_names[i], p_worker, v_target)
+          on conflict (queue, worker_id) do update set slots = excluded.slots;
+          v_free := least(v_free, v_target - held.my_active);
+        else
+          v_free := least(v_free, s.max_workers - held.others_hold - held.my_active);
+        end if;
       else
-        v_grant := v_open;
+        -- Within our own share, claimed alone: one claim of ours at a time per queue.
+        perform pg_advisory_xact_lock(hashtextextended(v_names[i] || chr(31) || p_worker, 727004));
+        select sh.slots into v_share from jobs.shares sh where sh.queue = v_names[i] and sh.worker_id = p_worker;
+        -- No share (handed back meanwhile): the next cycle asks for one.
+        continue when v_share is null;
+        if v_share > v_fair[i] then
+          -- More workers now: give back what we hold above our fair share, and
+          -- wake them (they LISTEN on jobs_control) to take it once it is free.
+          v_share := v_fair[i];
+          update jobs.shares sh set slots = v_share where sh.queue = v_names[i] and sh.worker_id = p_worker;
+          perform pg_notify('jobs_control', v_names[i]);
+        end if;
+        select count(*)::int into v_mine from jobs.jobs_hot h
+         where h.queue = v_names[i] and h.status in ('fetched', 'processing') and h.worker_id = p_worker;
+        v_free := least(v_free, v_share - v_mine);
       end if;
-      v_free := least(v_free, v_grant);
     end if;
     continue when v_free <= 0;
     return query
@@ -152,7 +234,7 @@ begin
              attempts = h.attempts + case when p_start then 1 else 0 end
        where h.id = any (array(
                select c.id from jobs.jobs_hot c
-                where c.queue = q.name and c.status = 'pending' and c.scheduled_at <= now()
+                where c.queue = v_names[i] and c.status = 'pending' and c.scheduled_at <= now()
                 order by c.priority desc, c.scheduled_at, c.id
                 limit v_free
                   for update skip locked))
@@ -230,7 +312,11 @@ revoke all on function jobs.enqueue_many from public;
 -- Down Migration
 drop function jobs.enqueue_many;
 drop function jobs.fetch;
+drop function jobs.queue_held;
+drop function jobs.fair_share;
+drop function jobs.worker_gone;
 drop function jobs.worker_seen;
+drop table jobs.shares;
 drop table jobs.workers;
 drop trigger queues_serialize on jobs.queues;
 drop function jobs.queues_serialize;
