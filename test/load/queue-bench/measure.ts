@@ -1,0 +1,73 @@
+// What every subject of `npm run bench:queue -- --peers` is measured with, the
+// same way: throughput from a release to the moment the database shows every
+// job done (polled every 20 ms on a connection of its own), the most jobs ever
+// active at once from per-job start/end timestamps, and percentiles.
+import type pg from 'pg'
+
+export const sleep = (ms: number): Promise<void> => new Promise(r => setTimeout(r, ms))
+
+/** Wait until `left()` is 0 (or the cap passes); returns the elapsed ms since t0 (performance.now() clock) and what was left. */
+export async function until (left: () => Promise<number>, t0: number, capMs: number): Promise<{ ms: number, left: number }> {
+  for (;;) {
+    const n = await left()
+    const ms = performance.now() - t0
+    if (n === 0 || ms >= capMs) return { ms, left: n }
+    await sleep(20)
+  }
+}
+
+/** Highest number of intervals open at once (ends before starts at the same instant). Times in any one unit. */
+export function maxOverlap (intervals: ReadonlyArray<readonly [number, number]>): number {
+  const ev: Array<[number, number]> = []
+  for (const [s, e] of intervals) { ev.push([s, 1], [e, -1]) }
+  ev.sort((a, b) => a[0] - b[0] || a[1] - b[1])
+  let cur = 0; let max = 0
+  for (const [, d] of ev) { cur += d; if (cur > max) max = cur }
+  return max
+}
+
+export function percentile (sorted: readonly number[], p: number): number {
+  if (sorted.length === 0) return NaN
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(p / 100 * sorted.length) - 1))]!
+}
+
+/** Microsecond epoch pairs from a query returning s and e as text (JS Dates would round to ms and hide overlaps). */
+export async function intervalsUs (db: pg.Pool, sql: string, params: unknown[] = []): Promise<Array<[number, number]>> {
+  const { rows } = await db.query<{ s: string, e: string }>(sql, params)
+  return rows.map(r => [Number(r.s), Number(r.e)])
+}
+
+/** Paced single enqueues at `rate` per second (open loop: a slow call does not delay the schedule). */
+export async function paced (n: number, rate: number, send: (i: number) => Promise<unknown>): Promise<void> {
+  const t0 = performance.now()
+  const inflight: Array<Promise<unknown>> = []
+  for (let i = 0; i < n; i++) {
+    const due = t0 + (i * 1000) / rate
+    const wait = due - performance.now()
+    if (wait > 1) await sleep(wait)
+    inflight.push(send(i))
+  }
+  await Promise.all(inflight)
+}
+
+/** Run `fn` from `conns` concurrent loops until n calls are made; jobs/s. */
+export async function concurrently (n: number, conns: number, fn: (i: number) => Promise<unknown>): Promise<number> {
+  let next = 0
+  const t0 = performance.now()
+  await Promise.all(Array.from({ length: conns }, async () => { while (next < n) await fn(next++) }))
+  return n / ((performance.now() - t0) / 1000)
+}
+
+export interface Figures {
+  enqueueSingle?: number
+  enqueueBulk?: number
+  unlimited?: number
+  /** Unlimited at the same total concurrency as the limit (what the limit is compared with). */
+  unlimitedEqual?: number
+  limited?: number
+  /** Jobs the limited run did not finish within its time cap. */
+  limitedLeft?: number
+  maxActive?: number
+  p50Ms?: number
+  p99Ms?: number
+}
