@@ -66,6 +66,16 @@ t.test('a lane role may call jobs.enqueue_many, and nothing else of the queue', 
   t.teardown(() => fraud.end())
   const { rows } = await fraud.query("select * from jobs.enqueue_many('many-q', 'noop', array['{\"a\":1}'::jsonb, '{\"a\":2}'], array['lane-1', null])")
   t.same(rows.map(r => r.created), [true, true], 'the fraud role enqueued two jobs in one call')
+  // The shape a lane's group commit uses (docs/queue-benchmarks.md): the arrays aggregated from rows it wrote.
+  const lane = await fraud.query(`with ins as (select * from (values ('a1'), ('a2'), ('a3')) as v(id))
+    select e.* from (select array_agg(jsonb_build_object('screeningId', id) order by id) as payloads,
+                            array_agg('score:' || id order by id) as keys from ins) a,
+         jobs.enqueue_many('many-q', 'fraud.score', a.payloads, a.keys, p_priority => 0, p_delay_ms => 0, p_max_attempts => 10) e`)
+  t.same(lane.rows.map(r => [r.ord, r.created]), [[1, true], [2, true], [3, true]], 'from aggregated arrays, in order')
+  const none = await fraud.query(`with ins as (select 'x' as id where false)
+    select e.* from (select array_agg(jsonb_build_object('screeningId', id)) as payloads, array_agg('score:' || id) as keys from ins) a,
+         jobs.enqueue_many('many-q', 'fraud.score', a.payloads, a.keys) e`)
+  t.equal(none.rowCount, 0, 'nothing written, nothing returned')
   await t.rejects(fraud.query("select * from jobs.fetch('lane', '{many-q}', '{1}')"), { code: '42501' }, 'but cannot claim')
   await t.rejects(fraud.query('select * from jobs.workers'), { code: '42501' }, 'nor read the queue tables')
   const card = new pg.Client({ connectionString: db.roleUrl(db.prefix + 'card_auth_ds') })

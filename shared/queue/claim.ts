@@ -52,9 +52,14 @@
 //     claimers, 1,800-2,400 jobs/s against 4,500-5,700 unlimited at the same
 //     concurrency: each claim waits for the other's commit (a WAL flush).
 //  5. (chosen) 4 with shares: the exclusive lock only to grow a share; the
-//     steady state claims under the shared lock, and commits of both workers
-//     share WAL flushes. Library claimers, same run: 3,400-3,600 jobs/s
-//     limited against 3,700-4,500 unlimited at equal concurrency.
+//     steady state claims under the shared lock, and the commits of both
+//     workers share WAL flushes. `npm run bench:queue -- --peers` (2026-12-01,
+//     7417990): two worker processes at MaxWorkers 10, 3,598-4,285 jobs/s
+//     against 3,543-3,845 unlimited at the same concurrency (the limit costs
+//     nothing measurable); library claimers 3,718-4,818 against 4,519-6,554.
+//     Unlimited: 16,900-19,371 through the workers, 20,562-26,712 as library
+//     calls; graphile-worker tuned 21,340-22,193, and under its nearest limit
+//     770-896; pg-boss under groupConcurrency 10: 385-2,325, 20 active at once.
 import type { Db, Job } from './types.ts'
 
 export interface ClaimRequest {

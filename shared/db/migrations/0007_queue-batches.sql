@@ -261,6 +261,7 @@ declare
   v_ords integer[];
   v_ids bigint[];
 begin
+  if coalesce(cardinality(p_payloads), 0) = 0 then return; end if;
   if p_idempotency_keys is not null and cardinality(p_idempotency_keys) <> cardinality(p_payloads) then
     raise exception 'jobs.enqueue_many: % idempotency keys for % payloads', cardinality(p_idempotency_keys), cardinality(p_payloads)
       using errcode = '22023';
