@@ -35,6 +35,8 @@ const { values: a } = parseArgs({
     limit: { type: 'string', default: '10' },
     claimers: { type: 'string', default: '2' },
     'claimer-slots': { type: 'string', default: '100' },
+    // The flag's name before --peers (README); the same thing.
+    batch: { type: 'string' },
     'worker-slots': { type: 'string', default: '100' },
     'latency-jobs': { type: 'string', default: '2000' },
     'latency-rate': { type: 'string', default: '500' },
@@ -43,7 +45,7 @@ const { values: a } = parseArgs({
 })
 const o = {
   rounds: numberFlag(a, 'rounds', 1, 20), jobs: numberFlag(a, 'jobs', 100, 1_000_000), singleJobs: numberFlag(a, 'single-jobs', 10, 1_000_000),
-  limit: numberFlag(a, 'limit', 1, 1_000), claimers: numberFlag(a, 'claimers', 1, 64), claimerSlots: numberFlag(a, 'claimer-slots', 1, 10_000),
+  limit: numberFlag(a, 'limit', 1, 1_000), claimers: numberFlag(a, 'claimers', 1, 64), claimerSlots: a.batch !== undefined ? numberFlag(a, 'batch', 1, 10_000) : numberFlag(a, 'claimer-slots', 1, 10_000),
   workerSlots: numberFlag(a, 'worker-slots', 1, 1_000), latency: { jobs: numberFlag(a, 'latency-jobs', 10, 100_000), rate: numberFlag(a, 'latency-rate', 1, 100_000) },
   capMs: numberFlag(a, 'cap-s', 1, 3_600) * 1000,
 }
