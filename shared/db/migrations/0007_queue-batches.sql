@@ -148,7 +148,10 @@ begin
     return query
       with fin as (
         delete from jobs.jobs_hot h using unnest(p_done, p_leases, p_results) as x(id, lease, result)
-         where h.id = x.id and h.lease = x.lease and h.status = 'processing'
+         -- By key. (status || '', not status: with statistics taken when no job
+         -- was active, the planner would scan the whole partial index of active
+         -- jobs, once per call, instead.)
+         where h.id = any (p_done) and h.id = x.id and h.lease = x.lease and h.status || '' = 'processing'
         returning h.id, h.queue, h.type, h.payload, h.priority, h.attempts, h.idempotency_key, h.worker_id,
                   h.created_at, h.fetched_at, h.started_at, x.result)
       insert into jobs.jobs_archive (id, queue, type, payload, priority, attempts, idempotency_key, worker_id, created_at, fetched_at, started_at, finished_at, result)
