@@ -50,7 +50,7 @@ export async function buildApp (cfg: GatewayConfig) {
 
   await app.register(swagger, {
     openapi: {
-      info: { title: 'watertight data plane', version: '1', description: 'Payment ingress: card authorization, fraud screening, tax quotes. Every error is application/problem+json with a stable code (README, Error codes).' },
+      info: { title: 'watertight data plane', version: '1', description: 'Payment ingress: card authorization, fraud screening, tax quotes. Every error is application/problem+json with a stable code (docs/api.md, Error codes).' },
       components: { securitySchemes: { apiKey: { type: 'http', scheme: 'bearer' } } },
       security: [{ apiKey: [] }],
     },

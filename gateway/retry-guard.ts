@@ -14,7 +14,7 @@
 //    fixed-window store).
 // Counters live in this process's memory: with N gateway replicas each holds
 // its own, so the per-key limit is per replica unless a shared store is
-// configured (README "Retry storms").
+// configured (docs/api.md, "Retry storms and backoff").
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import rateLimit, { type RateLimitPluginOptions } from '@fastify/rate-limit'
 import { AppError } from '../shared/errors.ts'

@@ -1,5 +1,5 @@
 // The one error registry of the fleet. Every error a client, an operator or a
-// tool can see has a stable ERR_* code here; the README's error table lists the same codes
+// tool can see has a stable ERR_* code here; docs/api.md's error table lists the same codes
 // and test/error-registry-docs.test.ts fails when the two drift apart.
 // Branch on `code`, never on `instanceof`.
 

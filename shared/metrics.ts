@@ -17,7 +17,7 @@ export function createRegistry (processName: string): client.Registry {
 
 export const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.12, 0.25, 0.5, 1, 2.5, 5, 10]
 
-export type LaneRejectReason = RejectReason | 'under_pressure' | 'deadline' | 'shutting_down'
+export type LaneRejectReason = RejectReason | 'under_pressure' | 'deadline'
 
 export interface LaneMetricSources {
   lane: string

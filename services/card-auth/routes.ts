@@ -11,16 +11,13 @@ import type { LaneKit } from '../../shared/lane-kit/build-lane-app.ts'
 import { clientIdOf, fingerprint, idempotencyKeyOf, replay } from '../../shared/lane-kit/request-context.ts'
 import type { LaneRejectReason } from '../../shared/metrics.ts'
 import { AUTHORIZATION_COLUMNS, authorizationBody, type AuthorizationRow } from './authorization.ts'
-import { rateLimitFields } from '../../shared/rate-limit-fields.ts'
-
-function saturated (reason: LaneRejectReason): never {
-  throw new AppError('ERR_CARD_AUTH_SATURATED', {
-    detail: reason === 'queue_timeout' ? 'waited past the queue budget for a permit' : 'all permits busy and the queue is full',
-    ...rateLimitFields({ name: 'card-auth', quota: 1, windowSeconds: 1, resetSeconds: 1 }),
-  })
-}
+import { saturationError } from '../../shared/lanes.ts'
 
 export function cardAuthRoutes (app: FastifyInstance, kit: LaneKit): void {
+  // 429 with the lane's own policy: its permits, room again within the Retry-After.
+  const saturated = (reason: LaneRejectReason): never => {
+    throw saturationError('card-auth', reason === 'queue_timeout' ? 'waited past the queue budget for a permit' : 'all permits busy and the queue is full', { name: 'card-auth', quota: kit.limits.permits })
+  }
   app.post('/v1/authorizations', { schema: { body: AuthorizationRequest } }, kit.admitted(async (req: FastifyRequest, exec) => {
     const client = clientIdOf(req)
     const key = idempotencyKeyOf(req)

@@ -6,6 +6,7 @@ import { onShutdown } from '../../shared/lifecycle.ts'
 import { loggerOptions } from '../../shared/http-app.ts'
 import { DECK_ROLE, LANE_NAMES, deckRoleName, envPrefix, laneLimits, laneUrl } from '../../shared/lanes.ts'
 import { assertRole, createRolePool } from '../../shared/db/pool.ts'
+import { LEAK_DETECTION_DEFAULT_MS } from '../../shared/db/leak-detection.ts'
 import { pressureLimits } from '../../shared/pressure-config.ts'
 import { buildDeckApp } from './app.ts'
 import { Collector, type Target } from './collector.ts'
@@ -28,6 +29,8 @@ const cfg = loadConfig(Type.Object({
   // The page refreshes at least every 2 s (issue 8); the poll must fit inside that.
   DECK_POLL_MS: Type.Integer({ default: 1_000, minimum: 100, maximum: 2_000 }),
   DECK_TARGET_TIMEOUT_MS: Type.Integer({ default: 500, minimum: 50, maximum: 2_000 }),
+  // DEC-BH-01 on the deck's pool; 0 = off.
+  DECK_LEAK_DETECTION_MS: Type.Integer({ default: LEAK_DETECTION_DEFAULT_MS, minimum: 0, maximum: 600_000 }),
   DECK_HISTORY_SECONDS: Type.Integer({ default: 600, minimum: 60, maximum: 86_400 }),
 }), process.env)
 // DECK_PRESSURE_MAX_EVENT_LOOP_DELAY_MS / _UTILIZATION / _HEAP_BYTES / _RSS_BYTES
@@ -44,7 +47,7 @@ const targets: Target[] = [
   ...(cfg.TAX_SANDBOX_URL ? [{ name: 'tax-sandbox', kind: 'sandbox' as const, url: cfg.TAX_SANDBOX_URL }] : []),
 ]
 
-const pool = createRolePool(cfg.DATABASE_URL, { max: DECK_ROLE.poolMax, applicationName: 'watertight-deck' })
+const pool = createRolePool(cfg.DATABASE_URL, { max: DECK_ROLE.poolMax, applicationName: 'watertight-deck', leakDetectionMs: cfg.DECK_LEAK_DETECTION_MS })
 const collector = new Collector({ targets, pollMs: cfg.DECK_POLL_MS, timeoutMs: cfg.DECK_TARGET_TIMEOUT_MS, historySeconds: cfg.DECK_HISTORY_SECONDS })
 const app = buildDeckApp({ adminToken: cfg.ADMIN_TOKEN, pool, collector, sandboxUrl: cfg.TAX_SANDBOX_URL, pressure, logger: loggerOptions('deck') })
 app.addHook('onClose', async () => { await collector.stop(); await pool.end() })

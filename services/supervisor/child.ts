@@ -18,8 +18,6 @@ export interface ChildSpec {
   healthUrl: string
   /** CPU scheduling niceness (0 = normal, 19 = lowest): the lane's priority, when the fleet shares cores. */
   nice?: number
-  /** Discard the child's stdout (its logs); errors on stderr still show. */
-  quiet?: boolean
 }
 
 export class SupervisedChild {
@@ -47,7 +45,7 @@ export class SupervisedChild {
       // Own process group: a terminal Ctrl-C reaches only the supervisor, which
       // stops the fleet in order. The IPC channel tells the child when we die.
       detached: true,
-      stdio: ['ignore', this.spec.quiet ? 'ignore' : 'inherit', 'inherit', 'ipc'],
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     })
     this.#proc = p
     p.on('error', err => this.#log(`${this.spec.name}: could not start: ${err.message}`))

@@ -28,7 +28,7 @@ const cfg = loadConfig(Type.Object({
   DECK_PORT: Type.Integer({ default: 9090, minimum: 1, maximum: 65535 }),
   TAX_SANDBOX_PORT: Type.Integer({ default: 8190, minimum: 1, maximum: 65535 }),
   WORKER_PORT: Type.Integer({ default: 8104, minimum: 1, maximum: 65535 }),
-  QUIET: Type.Boolean({ default: false }),
+  QUIET: Type.Boolean({ default: false, description: 'children log errors only (their LOG_LEVEL is error)' }),
   CPU_PRIORITIES: Type.Boolean({ default: true, description: 'run P1/P2 lanes, their workers, the deck and the sandbox at a lower CPU priority' }),
   FLEET_DIST: Type.String({ default: 'dist', description: 'where the fleet is compiled to (inside the repo, so node_modules resolves)' }),
   FLEET_PREBUILT: Type.Boolean({ default: false, description: 'use FLEET_DIST as it is (tests build it once for the run)' }),
@@ -138,7 +138,7 @@ const specs: Array<Omit<ChildSpec, 'argv'> & { process: string }> = [
     nice: niceOf('admin'),
   },
 ]
-for (const { process: name, ...s } of specs) children.push(new SupervisedChild({ ...s, argv: [entry, name], quiet: cfg.QUIET }, say))
+for (const { process: name, ...s } of specs) children.push(new SupervisedChild({ ...s, argv: [entry, name], env: { ...s.env, ...(cfg.QUIET ? { LOG_LEVEL: 'error' } : {}) } }, say))
 
 try {
   // The sandbox first: the tax compensation table is certified against it before the lanes start.

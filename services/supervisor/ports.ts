@@ -63,7 +63,7 @@ export function describeConflicts (c: PortConflict[]): string {
     'the fleet cannot start: its ports are taken',
     ...lines,
     pids.length > 0
-      ? `  most likely processes left by an earlier run: stop them (kill ${pids.join(' ')}; kill -9 if they do not exit) and start again, or give this run other ports (GATEWAY_PORT, CARD_AUTH_PORT, ... see the README).`
-      : '  stop whatever holds them, or give this run other ports (GATEWAY_PORT, CARD_AUTH_PORT, ... see the README).',
+      ? `  most likely processes left by an earlier run: stop them (kill ${pids.join(' ')}; kill -9 if they do not exit) and start again, or give this run other ports (GATEWAY_PORT, CARD_AUTH_PORT, ... docs/operations.md, "Configuration").`
+      : '  stop whatever holds them, or give this run other ports (GATEWAY_PORT, CARD_AUTH_PORT, ... docs/operations.md, "Configuration").',
   ].join('\n')
 }

@@ -9,7 +9,7 @@ export interface TaxConfig {
   limits: LaneLimits
   databaseUrl: string
   providerUrl: string
-  /** Well under the 10 s hard cap: see README "Tax quote deadline". */
+  /** Well under the 10 s hard cap: see docs/operations.md, "Tax quote deadline". */
   quoteDeadlineMs: number
   compensation: { tableFile: string, certificateFile: string, maxAgeMs: number }
   logger?: FastifyServerOptions['logger']

@@ -9,8 +9,9 @@ import { Type } from 'typebox'
 import { loadConfig } from '../../shared/config.ts'
 import { GRACE_MS, onShutdown } from '../../shared/lifecycle.ts'
 import { loggerOptions } from '../../shared/http-app.ts'
-import { JOBS_ROLE, LANE_NAMES, LANE_QUEUES, envPrefix, laneLimits, type LaneName } from '../../shared/lanes.ts'
+import { JOBS_ROLE, jobsRoleName, LANE_NAMES, LANE_QUEUES, envPrefix, laneLimits, type LaneName } from '../../shared/lanes.ts'
 import { assertRole, createRolePool } from '../../shared/db/pool.ts'
+import { LEAK_DETECTION_DEFAULT_MS } from '../../shared/db/leak-detection.ts'
 import { pressureLimits } from '../../shared/pressure-config.ts'
 import { buildApp } from './app.ts'
 import { BUILTIN_JOBS } from './builtin-jobs.ts'
@@ -32,6 +33,8 @@ const cfg = loadConfig(Type.Object({
   JOBS_POOL_MAX: Type.Integer({ default: JOBS_ROLE.poolMax, minimum: 2, maximum: 1_000 }),
   WORKER_REPLICAS: Type.Integer({ default: 1, minimum: 1, maximum: 1_000 }),
   WORKER_POOL_MAX: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000 })),
+  // DEC-BH-01 on the queue pool (the lane pools use their lane's <LANE>_LEAK_DETECTION_MS); 0 = off.
+  WORKER_LEAK_DETECTION_MS: Type.Integer({ default: LEAK_DETECTION_DEFAULT_MS, minimum: 0, maximum: 600_000 }),
 }), process.env)
 // WORKER_PRESSURE_MAX_EVENT_LOOP_DELAY_MS / _UTILIZATION / _HEAP_BYTES / _RSS_BYTES
 const pressure = pressureLimits('WORKER_')
@@ -59,7 +62,8 @@ for (const lane of LANE_NAMES) {
 
 // This process's share of the role's limit, less one for the LISTEN connection.
 const poolMax = cfg.WORKER_POOL_MAX ?? Math.max(1, Math.floor(cfg.JOBS_POOL_MAX / cfg.WORKER_REPLICAS) - 1)
-const pool = createRolePool(cfg.DATABASE_URL, { max: poolMax, applicationName: 'watertight-worker' })
+const pool = createRolePool(cfg.DATABASE_URL, { max: poolMax, applicationName: 'watertight-worker', leakDetectionMs: cfg.WORKER_LEAK_DETECTION_MS })
+await assertRole(pool, jobsRoleName())
 const logger = loggerOptions(`worker-${queueNames.join('+')}`)
 const worker = new Worker({
   pool, databaseUrl: cfg.DATABASE_URL,

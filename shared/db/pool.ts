@@ -21,7 +21,7 @@ export function createLanePool (limits: LaneLimits, databaseUrl: string, log: Po
     // A request never waits for a connection longer than its own deadline.
     connectionTimeoutMillis: limits.deadlineMs,
     // The role's connections are this lane's reserved budget: keep them open, so
-    // a burst (or the overflow path, which has a 100 ms connect budget) never
+    // a burst (or the overflow path, which has a 250 ms connect budget) never
     // waits for new connections to authenticate.
     idleTimeoutMillis: 0,
     application_name: `watertight-${limits.lane}`,
