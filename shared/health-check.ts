@@ -58,10 +58,11 @@ function dbCheck (poolOf: () => pg.Pool, timeoutMs: number): DbHealth & { run ()
       const c = poolCounts(pool)
       if (c.idle === 0 && c.total >= c.max) return ok
       try {
-        await Promise.race([
-          pool.query('select 1'),
-          new Promise((_r, reject) => setTimeout(() => reject(new Error('db health check timed out')), timeoutMs).unref()),
-        ])
+        // query_timeout, not a race beside the query: a query that never answers (a
+        // black-holed connection) then fails, and the pool discards its connection
+        // instead of leaving it checked out forever (the check would otherwise take
+        // every connection of the pool, one per interval, and report down for good).
+        await pool.query({ text: 'select 1', query_timeout: timeoutMs } as pg.QueryConfig)
         lastError = undefined
         ok = true
       } catch (err) {

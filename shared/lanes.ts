@@ -51,6 +51,11 @@ export function saturationError (lane: LaneName, detail: string, policy: { name:
   return new AppError(code, { detail, headers: fields.headers, extensions: fields.extensions })
 }
 
+/** Lanes whose shed answers are recorded (a compensated quote, a queued screening) write them through one reserved connection. */
+export function writerConnections (lane: LaneName): number {
+  return LANE_QUEUES[lane].length > 0 ? 1 : 0
+}
+
 /** The job queues each lane owns (its async work; the worker loads services/<lane>/jobs). */
 export const LANE_QUEUES: Readonly<Record<LaneName, readonly string[]>> = Object.freeze({
   'card-auth': [],
@@ -126,8 +131,10 @@ export interface LaneLimits {
     /** The role's CONNECTION LIMIT, shared by every replica of the lane. */
     readonly roleConnectionLimit: number
     readonly replicas: number
-    /** This replica's share of the role's limit, less the worker's share. */
+    /** This replica's share of the role's limit, less the worker's share and its writer. */
     readonly poolMax: number
+    /** Connections of this replica's share held by its group-commit writer (shared/db/group-commit.ts). */
+    readonly writerConnections: number
     /** Connections of the role the worker may use for this lane's jobs (fleet-wide). */
     readonly workerPoolMax: number
     readonly statementTimeoutMs: number
@@ -168,7 +175,10 @@ export function laneLimits (lane: LaneName, env: Record<string, string | undefin
       schema: d.schema,
       roleConnectionLimit: c.POOL_MAX,
       replicas: c.REPLICAS,
-      poolMax: Math.max(1, Math.floor((c.POOL_MAX - c.WORKER_POOL_MAX) / c.REPLICAS)),
+      // The group-commit writer of a lane that records shed answers (fraud, tax) is
+      // one connection of each replica's share, outside its pool.
+      poolMax: Math.max(1, Math.floor((c.POOL_MAX - c.WORKER_POOL_MAX) / c.REPLICAS) - writerConnections(lane)),
+      writerConnections: writerConnections(lane),
       workerPoolMax: c.WORKER_POOL_MAX,
       statementTimeoutMs: c.STATEMENT_TIMEOUT_MS,
       idleInTxTimeoutMs: c.IDLE_IN_TX_TIMEOUT_MS,

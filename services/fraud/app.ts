@@ -1,7 +1,11 @@
 import { buildLaneApp, type LaneAppConfig } from '../../shared/lane-kit/build-lane-app.ts'
 import { fraudRoutes } from './routes.ts'
 import { weightsFromEnv } from './scoring.ts'
+import { screeningWriter } from './overflow.ts'
 
-export function buildApp (cfg: LaneAppConfig) {
-  return buildLaneApp({ ...cfg, routes: fraudRoutes(weightsFromEnv()) })
+export async function buildApp (cfg: LaneAppConfig) {
+  const writer = screeningWriter(cfg.databaseUrl, { warn: (o, m) => built.app.log.warn(o, m) })
+  const built = await buildLaneApp({ ...cfg, routes: fraudRoutes(weightsFromEnv(), writer) })
+  built.app.addHook('onClose', async () => { await writer.close() })
+  return built
 }

@@ -1,8 +1,8 @@
 // Fraud screening. With a permit: score now (200, mode "sync") in one short
-// transaction. With permits and queue full: store the screening as queued and
-// enqueue it on fraud-async in one transaction, outside any permit, and answer
-// 202 (mode "async") with a Location to poll; the worker scores it with the same
-// engine.
+// transaction. With permits and queue full: store the screening as queued with
+// its fraud-async job, outside any permit, through the lane's group-commit
+// writer (overflow.ts), and answer 202 (mode "async") with a Location to poll;
+// the worker scores it with the same engine.
 import crypto from 'node:crypto'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import type pg from 'pg'
@@ -11,14 +11,10 @@ import { AppError } from '../../shared/errors.ts'
 import { saturationError } from '../../shared/lanes.ts'
 import type { LaneKit } from '../../shared/lane-kit/build-lane-app.ts'
 import type { LaneResult } from '../../shared/lane-kit/admission.ts'
-import { connectWithin } from '../../shared/db/pool.ts'
 import { clientIdOf, fingerprint, idempotencyKeyOf, replay } from '../../shared/lane-kit/request-context.ts'
 import { cardHistory } from './history.ts'
 import { score, type ScoringWeights } from './scoring.ts'
-
-// Outside a permit the lane waits this long at most for a connection to enqueue.
-// (250 ms: on a loaded 2-core machine a burst of 50 overflows at once needed more than 100.)
-const CONNECT_BUDGET_MS = 250
+import type { ScreeningWriter } from './overflow.ts'
 
 const statusOf = (response: { mode?: string }): number => (response.mode === 'async' ? 202 : 200)
 
@@ -31,7 +27,7 @@ const SEEN = 'select fingerprint, response from fraud.screenings where client_id
 const FIRST = `select pg_try_advisory_xact_lock(hashtextextended($1 || chr(31) || $2, 727003)) as mine, s.fingerprint, s.response
                  from (select 1) one left join fraud.screenings s on s.client_id = $1 and s.idempotency_key = $2`
 
-export function fraudRoutes (weights: ScoringWeights) {
+export function fraudRoutes (weights: ScoringWeights, writer: ScreeningWriter) {
   return (app: FastifyInstance, kit: LaneKit): void => {
     // 503 ERR_FRAUD_SATURATED with Retry-After and the RateLimit fields of the lane's permits.
     const saturated = (detail: string) => saturationError('fraud', detail, { name: 'fraud', quota: kit.limits.permits })
@@ -52,31 +48,22 @@ export function fraudRoutes (weights: ScoringWeights) {
         .then(r => ({ inserted: r.rowCount === 1, id }))
     }
 
-    // One statement (atomic on its own): the queued screening and its fraud-async
-    // job, or nothing when the key was used before. One round trip keeps the
-    // overflow path fast when the lane is already under load.
+    // Every permit busy and the queue full: queued through the lane's writer, answered 202 once committed.
     const overflow = async (req: FastifyRequest): Promise<LaneResult> => {
       const body = req.body as ScreeningRequest
-      const fp = fingerprint(body)
       const id = crypto.randomUUID()
-      const c = await connectWithin(kit.pool, CONNECT_BUDGET_MS, () => saturated('fraud lane saturated and no database connection free to queue the screening'))
+      const fp = fingerprint(body)
+      let stored
       try {
-        const { rows } = await c.query<Row & { inserted: boolean }>(
-          `with ins as (
-             insert into fraud.screenings (id, client_id, idempotency_key, fingerprint, card_token, merchant_id, amount, currency, ip_country, billing_country, mode, status, response)
-             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'async', 'queued', $11)
-             on conflict (client_id, idempotency_key) do nothing
-             returning id),
-           enq as (select jobs.enqueue('fraud-async', 'fraud.score', jsonb_build_object('screeningId', id), 0, 0, 10, 'score:' || id) from ins)
-           select $4::text as fingerprint, $11::jsonb as response, true as inserted from ins, (select count(*) from enq) e
-           union all
-           select s.fingerprint, s.response, false from fraud.screenings s
-            where s.client_id = $2 and s.idempotency_key = $3 and not exists (select 1 from ins)`,
-          [id, clientIdOf(req), idempotencyKeyOf(req), fp, body.cardToken, body.merchantId, body.amount.value, body.amount.currency, body.ipCountry ?? null, body.billingCountry ?? null,
-            { id, mode: 'async', status: 'queued' }])
-        const row = rows[0]!
-        return answer(row, fp, row.inserted)
-      } finally { c.release() }
+        stored = await writer.submit({
+          id, clientId: clientIdOf(req), key: idempotencyKeyOf(req), fingerprint: fp, cardToken: body.cardToken, merchantId: body.merchantId,
+          amount: body.amount.value, currency: body.amount.currency, ipCountry: body.ipCountry ?? null, billingCountry: body.billingCountry ?? null,
+          response: { id, mode: 'async', status: 'queued' },
+        })
+      } catch (err) {
+        throw saturated(`fraud lane saturated and the screening could not be queued (${(err as Error).message})`)
+      }
+      return answer(stored, fp, stored.inserted)
     }
 
     app.post('/v1/fraud/screenings', { schema: { body: ScreeningRequest } }, kit.admitted(async (req: FastifyRequest, exec) => {

@@ -4,6 +4,7 @@ import { buildLaneApp, type BuildLaneOptions } from '../../shared/lane-kit/build
 import { createUpstreamPool } from '../../shared/lane-kit/http.ts'
 import { taxRoutes } from './routes.ts'
 import { compensationSource } from './compensation/certificate.ts'
+import { compensationWriter } from './store-quote.ts'
 
 export interface TaxConfig {
   limits: LaneLimits
@@ -19,8 +20,9 @@ export interface TaxConfig {
 export async function buildApp (cfg: TaxConfig) {
   const provider = createUpstreamPool(cfg.providerUrl, cfg.limits, { timeoutMs: cfg.quoteDeadlineMs })
   const compensation = compensationSource(cfg.compensation)
-  const built = await buildLaneApp({ ...cfg, routes: taxRoutes({ provider, quoteDeadlineMs: cfg.quoteDeadlineMs, compensation }) })
-  built.app.addHook('onClose', async () => { compensation.close(); await provider.destroy() })
+  const writer = compensationWriter(cfg.databaseUrl, { warn: (o, m) => built.app.log.warn(o, m) })
+  const built = await buildLaneApp({ ...cfg, routes: taxRoutes({ provider, quoteDeadlineMs: cfg.quoteDeadlineMs, compensation, writer }) })
+  built.app.addHook('onClose', async () => { compensation.close(); await writer.close(); await provider.destroy() })
   built.app.get('/compensation', async () => compensation.status())
   return built
 }

@@ -15,9 +15,11 @@ import { clientIdOf, fingerprint, idempotencyKeyOf, replay } from '../../shared/
 import { storedResponseRoute } from '../../shared/lane-kit/stored-response.ts'
 import type { CompensationSource } from './compensation/certificate.ts'
 import { ProviderError, providerFailure, quoteFromProvider } from './provider.ts'
-import { storeQuote, type QuoteSource } from './store-quote.ts'
+import { quoteRecord, storeQuote, storeShedQuote, type QuoteSource } from './store-quote.ts'
 
-export interface TaxRouteOptions { provider: Pool, quoteDeadlineMs: number, compensation: CompensationSource }
+type CompensationWriter = Parameters<typeof storeShedQuote>[0]
+
+export interface TaxRouteOptions { provider: Pool, quoteDeadlineMs: number, compensation: CompensationSource, writer: CompensationWriter }
 
 const RETRY = { 'retry-after': '5' }
 
@@ -38,7 +40,8 @@ export function taxRoutes (opts: TaxRouteOptions) {
         }
         throw new AppError('ERR_TAX_PROVIDER_FAILED', { detail: `${why === 'provider_deadline' ? 'provider missed the quote deadline' : 'provider failed'} and ${c.detail}`, headers: RETRY })
       }
-      const r = await storeQuote(kit.pool, req, { source: 'compensation', rate: c.rate, tableVersion: c.tableVersion, reason: why }, exec)
+      const record = quoteRecord(req, { source: 'compensation', rate: c.rate, tableVersion: c.tableVersion, reason: why })
+      const r = exec ? await storeQuote(exec, record) : await storeShedQuote(opts.writer, record)
       r.headers = { ...r.headers, 'x-tax-compensation': why }
       return r
     }
@@ -62,7 +65,7 @@ export function taxRoutes (opts: TaxRouteOptions) {
         kit.recovery.dependencyFailed('provider')
         return compensate(req, err.kind === 'deadline' ? 'provider_deadline' : 'provider_error', exec)
       }
-      return storeQuote(kit.pool, req, quote, exec)
+      return storeQuote(exec, quoteRecord(req, quote))
     }, (_reason, req) => compensate(req, 'saturated')))
 
     storedResponseRoute(app, kit, { url: '/v1/tax/quotes/:id', table: 'tax.quotes', what: 'tax quote', onReject: () => { throw new AppError('ERR_TAX_BULKHEAD_SATURATED', { headers: RETRY }) } })

@@ -1,64 +1,133 @@
 // Store a tax quote and answer it. A compensated quote is stored together with
 // its tax-reconcile job in one transaction: no compensated quote without its
-// reconciliation, no job without its quote.
+// reconciliation, no job without its quote. Inside a permit the quote is written
+// on the lane's pool, under the execution's deadline. A compensation given
+// because the lane is saturated holds no permit: it is written by the lane's
+// group-commit writer (shared/db/group-commit.ts), batched with the others of
+// its burst on a connection reserved for it, and answered once committed.
 import crypto from 'node:crypto'
 import type { FastifyRequest } from 'fastify'
 import type pg from 'pg'
 import type { TaxQuoteRequest } from '../../shared/api-schemas.ts'
 import { AppError } from '../../shared/errors.ts'
+import { GroupCommit } from '../../shared/db/group-commit.ts'
 import type { LaneResult } from '../../shared/lane-kit/admission.ts'
 import type { Execution } from '../../shared/lane-kit/execution.ts'
-import { connectWithin } from '../../shared/db/pool.ts'
 import { clientIdOf, fingerprint, idempotencyKeyOf, replay } from '../../shared/lane-kit/request-context.ts'
 
 export type QuoteSource = { source: 'provider', rate: number } | { source: 'compensation', rate: number, tableVersion: string, reason: string }
 
-// Outside a permit (the saturated path) the lane waits this long at most for a connection.
-// (250 ms: on a loaded 2-core machine a burst of 50 overflows at once needed more than 100.)
-const CONNECT_BUDGET_MS = 250
+/** One quote, ready to be written: its row and its answer. */
+export interface QuoteRecord {
+  id: string, clientId: string, key: string, fingerprint: string, jurisdiction: string
+  amount: number, currency: string, rate: number, tax: number, total: number
+  source: QuoteSource['source'], tableVersion: string | null, reason: string | null
+  response: Record<string, unknown>
+}
 
-export async function storeQuote (pool: pg.Pool, req: FastifyRequest, q: QuoteSource, exec?: Execution): Promise<LaneResult> {
-  const client = clientIdOf(req)
-  const key = idempotencyKeyOf(req)
+interface Stored { fingerprint: string, response: unknown, inserted: boolean }
+
+export function quoteRecord (req: FastifyRequest, q: QuoteSource): QuoteRecord {
   const body = req.body as TaxQuoteRequest
-  const fp = fingerprint(body)
   const id = crypto.randomUUID()
   const tax = Math.round(body.amount.value * q.rate)
-  const response = {
-    id, jurisdiction: body.jurisdiction, rate: q.rate,
-    tax: { value: tax, currency: body.amount.currency },
-    total: { value: body.amount.value + tax, currency: body.amount.currency },
-    amount: body.amount, source: q.source,
-    ...(q.source === 'compensation' ? { tableVersion: q.tableVersion } : {}),
+  const tableVersion = q.source === 'compensation' ? q.tableVersion : null
+  return {
+    id, clientId: clientIdOf(req), key: idempotencyKeyOf(req), fingerprint: fingerprint(body), jurisdiction: body.jurisdiction,
+    amount: body.amount.value, currency: body.amount.currency, rate: q.rate, tax, total: body.amount.value + tax,
+    source: q.source, tableVersion, reason: q.source === 'compensation' ? q.reason : null,
+    response: {
+      id, jurisdiction: body.jurisdiction, rate: q.rate,
+      tax: { value: tax, currency: body.amount.currency },
+      total: { value: body.amount.value + tax, currency: body.amount.currency },
+      amount: body.amount, source: q.source,
+      ...(tableVersion ? { tableVersion } : {}),
+    },
   }
-  const run = async (c: pg.PoolClient | pg.Pool): Promise<{ fingerprint: string, response: unknown, inserted: boolean }> => {
-    const ins = await c.query<{ fingerprint: string, response: unknown, inserted: boolean }>(
+}
+
+function answer (r: QuoteRecord, stored: Stored): LaneResult {
+  if (!stored.inserted) return replay({ ...stored, status: 200 }, r.fingerprint)
+  return { status: 200, body: r.response, headers: { location: `/v1/tax/quotes/${r.id}` } }
+}
+
+/** Inside a permit: one short transaction on the lane's pool. */
+export async function storeQuote (exec: Execution, r: QuoteRecord): Promise<LaneResult> {
+  const stored = await exec.db.tx(async c => {
+    const ins = await c.query<Stored>(
       `insert into tax.quotes as q (id, client_id, idempotency_key, fingerprint, jurisdiction, amount, currency, rate, tax, total, source, table_version, response)
        values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
        on conflict (client_id, idempotency_key) do update set id = q.id
        returning q.fingerprint, q.response, (q.id = $1) as inserted`,
-      [id, client, key, fp, body.jurisdiction, body.amount.value, body.amount.currency, q.rate, tax, body.amount.value + tax, q.source, q.source === 'compensation' ? q.tableVersion : null, response])
+      [r.id, r.clientId, r.key, r.fingerprint, r.jurisdiction, r.amount, r.currency, r.rate, r.tax, r.total, r.source, r.tableVersion, r.response])
     const row = ins.rows[0]!
-    if (row.inserted && q.source === 'compensation') {
-      await c.query("select jobs.enqueue('tax-reconcile', 'tax.reconcile', $1, 0, 0, 20, $2)", [{ quoteId: id, reason: q.reason }, `reconcile:${id}`])
+    if (row.inserted && r.source === 'compensation') {
+      await c.query("select jobs.enqueue('tax-reconcile', 'tax.reconcile', $1, 0, 0, 20, $2)", [{ quoteId: r.id, reason: r.reason }, `reconcile:${r.id}`])
     }
     return row
+  })
+  return answer(r, stored)
+}
+
+// One statement writes the batch's quotes and, for those that were new, their
+// reconcile jobs (jobs.enqueue_many: one NOTIFY for the lot); a second reads back
+// the earlier quote of every key that was taken (a replay), in the same
+// transaction, so it also sees a duplicate written earlier in this batch.
+const WRITE_BATCH = `
+  with input as (
+    select * from unnest($1::int[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[],
+                         $9::numeric[], $10::bigint[], $11::bigint[], $12::text[], $13::jsonb[], $14::text[])
+      as t(ord, id, client_id, idempotency_key, fingerprint, jurisdiction, amount, currency, rate, tax, total, table_version, response, reason)
+  ), ins as (
+    insert into tax.quotes (id, client_id, idempotency_key, fingerprint, jurisdiction, amount, currency, rate, tax, total, source, table_version, response)
+    select id, client_id, idempotency_key, fingerprint, jurisdiction, amount, currency, rate, tax, total, 'compensation', table_version, response
+      from input order by ord
+    on conflict (client_id, idempotency_key) do nothing
+    returning id
+  ), jobs as (
+    select count(*) as n from jobs.enqueue_many('tax-reconcile', 'tax.reconcile',
+      array(select jsonb_build_object('quoteId', i.id, 'reason', i.reason) from input i join ins using (id) order by i.ord),
+      array(select 'reconcile:' || i.id from input i join ins using (id) order by i.ord), 0, 0, 20)
+  )
+  select i.ord, ins.id is not null as inserted from input i left join ins using (id) cross join jobs order by i.ord`
+
+const TAKEN = `select client_id, idempotency_key, fingerprint, response from tax.quotes
+                where (client_id, idempotency_key) in (select * from unnest($1::text[], $2::text[]))`
+
+/** The writer of compensated quotes given while saturated, batched per commit. */
+export function compensationWriter (databaseUrl: string, log: { warn (o: object, m: string): void }): GroupCommit<QuoteRecord, Stored> {
+  return new GroupCommit<QuoteRecord, Stored>({
+    name: 'tax-compensation-writer',
+    databaseUrl,
+    log,
+    async write (c: pg.Client, rs: readonly QuoteRecord[]) {
+      const col = <K extends keyof QuoteRecord>(k: K) => rs.map(r => r[k])
+      const { rows } = await c.query<{ ord: number, inserted: boolean }>(WRITE_BATCH, [
+        rs.map((_r, i) => i), col('id'), col('clientId'), col('key'), col('fingerprint'), col('jurisdiction'), col('amount'), col('currency'),
+        col('rate'), col('tax'), col('total'), col('tableVersion'), rs.map(r => JSON.stringify(r.response)), col('reason')])
+      const out: Stored[] = rs.map((r, i) => ({ fingerprint: r.fingerprint, response: r.response, inserted: rows[i]!.inserted }))
+      const taken = rs.filter((_r, i) => !rows[i]!.inserted)
+      if (taken.length > 0) {
+        const earlier = await c.query<{ client_id: string, idempotency_key: string, fingerprint: string, response: unknown }>(TAKEN, [taken.map(r => r.clientId), taken.map(r => r.key)])
+        const byKey = new Map(earlier.rows.map(e => [`${e.client_id}\u0000${e.idempotency_key}`, e]))
+        rs.forEach((r, i) => {
+          if (rows[i]!.inserted) return
+          const e = byKey.get(`${r.clientId}\u0000${r.key}`)!
+          out[i] = { fingerprint: e.fingerprint, response: e.response, inserted: false }
+        })
+      }
+      return out
+    },
+  })
+}
+
+/** Outside a permit: through the writer; refused (503, Retry-After: 5) when it cannot take the write. */
+export async function storeShedQuote (writer: GroupCommit<QuoteRecord, Stored>, r: QuoteRecord): Promise<LaneResult> {
+  let stored: Stored
+  try {
+    stored = await writer.submit(r)
+  } catch (err) {
+    throw new AppError('ERR_TAX_BULKHEAD_SATURATED', { detail: `saturated, and the compensated quote could not be recorded (${(err as Error).message})`, headers: { 'retry-after': '5' }, cause: err })
   }
-  let row
-  if (exec) {
-    row = await exec.db.tx(run)
-  } else {
-    // The saturated path holds no permit: take a connection only if one comes quickly.
-    const c = await connectWithin(pool, CONNECT_BUDGET_MS, () => new AppError('ERR_TAX_BULKHEAD_SATURATED', { detail: 'saturated, and no database connection free to record a compensated quote', headers: { 'retry-after': '5' } }))
-    try {
-      await c.query('begin')
-      row = await run(c)
-      await c.query('commit')
-    } catch (err) {
-      await c.query('rollback').catch(() => {})
-      throw err
-    } finally { c.release() }
-  }
-  if (!row.inserted) return replay({ ...row, status: 200 }, fp)
-  return { status: 200, body: response, headers: { location: `/v1/tax/quotes/${id}` } }
+  return answer(r, stored)
 }

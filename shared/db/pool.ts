@@ -21,8 +21,7 @@ export function createLanePool (limits: LaneLimits, databaseUrl: string, log: Po
     // A request never waits for a connection longer than its own deadline.
     connectionTimeoutMillis: limits.deadlineMs,
     // The role's connections are this lane's reserved budget: keep them open, so
-    // a burst (or the overflow path, which has a 250 ms connect budget) never
-    // waits for new connections to authenticate.
+    // a burst never waits for new connections to authenticate.
     idleTimeoutMillis: 0,
     application_name: `watertight-${limits.lane}`,
     statement_timeout: limits.db.statementTimeoutMs,
@@ -32,6 +31,11 @@ export function createLanePool (limits: LaneLimits, databaseUrl: string, log: Po
   pool.on('error', err => log.error({ err }, 'idle pg client error'))
   detectLeaks(pool, { name: limits.lane, thresholdMs: limits.db.leakDetectionMs, log })
   return pool
+}
+
+/** A wait for a connection of a pool that was replaced meanwhile: take one of the new pool. */
+export class PoolReplaced extends Error {
+  constructor () { super('the pool was replaced while waiting for a connection'); this.name = 'PoolReplaced' }
 }
 
 /**
@@ -63,6 +67,12 @@ export class ReplaceablePool {
   replace (staleAfterMs: number): void {
     const old = this.#current
     this.#current = this.#make()
+    // Whoever waits for a connection of the old pool is told at once (PoolReplaced),
+    // so an execution waiting there takes one of the new pool instead of waiting
+    // out its deadline behind connections that may never come back. (pg-pool has
+    // no public call for this; its queue of waiters is _pendingQueue.)
+    const waiting = (old as unknown as { _pendingQueue?: Array<{ callback (err: Error): void }> })._pendingQueue
+    for (const w of waiting?.splice(0) ?? []) w.callback(new PoolReplaced())
     for (const c of heldLongerThan(old, staleAfterMs)) {
       // Its holder sees its query fail; the client's own 'error' must not crash the process.
       c.on('error', () => {})
@@ -145,24 +155,5 @@ export async function retrying<T> (fn: () => Promise<T>, budgetMs: number): Prom
       if (Date.now() + wait >= until) throw err
       await new Promise(resolve => setTimeout(resolve, wait))
     }
-  }
-}
-
-/**
- * A connection within `budgetMs`, or the error `onTimeout` makes. For paths that
- * run outside a permit (overflow, compensation): they may use a free connection
- * but must never queue behind a busy pool. A connection that arrives late is
- * released at once.
- */
-export async function connectWithin (pool: pg.Pool, budgetMs: number, onTimeout: () => Error): Promise<pg.PoolClient> {
-  let timer: NodeJS.Timeout | undefined
-  const conn = pool.connect()
-  try {
-    return await Promise.race([conn, new Promise<never>((_resolve, reject) => { timer = setTimeout(() => reject(onTimeout()), budgetMs) })])
-  } catch (err) {
-    conn.then(c => c.release(), () => {})
-    throw err
-  } finally {
-    clearTimeout(timer)
   }
 }

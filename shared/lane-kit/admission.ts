@@ -70,7 +70,7 @@ export function admitted (deps: AdmissionDeps, handler: LaneHandler, onReject: R
     const stopped = new Promise<never>((_resolve, reject) => ac.signal.addEventListener('abort', () => reject(ac.signal.reason), { once: true }))
     stopped.catch(() => {})
     try {
-      const exec: Execution = { signal: ac.signal, db: executionDb(deps.pool(), ac.signal, deps.recovery) }
+      const exec: Execution = { signal: ac.signal, db: executionDb(deps.pool, ac.signal, deps.recovery) }
       const result = await Promise.race([handler(req, exec), stopped])
       return send(reply, result)
     } catch (err) {

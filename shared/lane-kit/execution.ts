@@ -4,6 +4,7 @@
 // server cancels the query: roles set client_connection_check_interval), so the
 // pool gets its slot back at once instead of after the query would have ended.
 import type pg from 'pg'
+import { PoolReplaced } from '../db/pool.ts'
 
 export interface ExecutionDb {
   query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>>
@@ -19,7 +20,8 @@ export interface Execution {
 /** Where an execution reports whether the database handed it a connection (lane-kit/recovery.ts). */
 export interface DependencyReport { dependencyFailed (name: string): void, dependencyOk (name: string): void }
 
-export function executionDb (pool: pg.Pool, signal: AbortSignal, report?: DependencyReport): ExecutionDb {
+export function executionDb (poolOf: pg.Pool | (() => pg.Pool), signal: AbortSignal, report?: DependencyReport): ExecutionDb {
+  const current = typeof poolOf === 'function' ? poolOf : () => poolOf
   const held = new Set<{ client: pg.PoolClient, released: boolean }>()
 
   const onAbort = (): void => {
@@ -33,8 +35,17 @@ export function executionDb (pool: pg.Pool, signal: AbortSignal, report?: Depend
   async function withClient<T> (fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
     if (signal.aborted) throw signal.reason
     let client: pg.PoolClient
+    let pool = current()
     try {
-      client = await pool.connect()
+      try {
+        client = await pool.connect()
+      } catch (err) {
+        // The lane replaced its pool while this execution waited for a connection
+        // of the old one (a recovery lag, lane-kit/recovery.ts): it waits on the new one.
+        if (!(err instanceof PoolReplaced)) throw err
+        pool = current()
+        client = await pool.connect()
+      }
     } catch (err) {
       // No connection because every one of the pool's is taken is the lane's own
       // state, not PostgreSQL failing; a connection that could not be opened is.

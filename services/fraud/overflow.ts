@@ -1,0 +1,66 @@
+// The fraud lane's overflow: with every permit busy and the queue full, the
+// screening is stored as queued with its fraud-async job and answered 202. The
+// lane's group-commit writer (shared/db/group-commit.ts) writes the screenings of
+// a burst together, on a connection reserved for it, and each is answered once
+// its batch is committed: never a wait for one of the lane's pool connections.
+import type pg from 'pg'
+import { GroupCommit } from '../../shared/db/group-commit.ts'
+
+export interface QueuedScreening {
+  id: string, clientId: string, key: string, fingerprint: string, cardToken: string, merchantId: string
+  amount: number, currency: string, ipCountry: string | null, billingCountry: string | null
+  response: { id: string, mode: 'async', status: 'queued' }
+}
+
+export interface StoredScreening { fingerprint: string, response: { id: string, mode?: string }, inserted: boolean }
+
+// The batch's screenings and, for those that were new, their jobs
+// (jobs.enqueue_many: one NOTIFY for the lot); then, in the same transaction,
+// the earlier screening of every key that was taken (a replay).
+const WRITE_BATCH = `
+  with input as (
+    select * from unnest($1::int[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::text[], $10::text[], $11::text[], $12::jsonb[])
+      as t(ord, id, client_id, idempotency_key, fingerprint, card_token, merchant_id, amount, currency, ip_country, billing_country, response)
+  ), ins as (
+    insert into fraud.screenings (id, client_id, idempotency_key, fingerprint, card_token, merchant_id, amount, currency, ip_country, billing_country, mode, status, response)
+    select id, client_id, idempotency_key, fingerprint, card_token, merchant_id, amount, currency, ip_country, billing_country, 'async', 'queued', response
+      from input order by ord
+    on conflict (client_id, idempotency_key) do nothing
+    returning id
+  ), jobs as (
+    select count(*) as n from jobs.enqueue_many('fraud-async', 'fraud.score',
+      array(select jsonb_build_object('screeningId', i.id) from input i join ins using (id) order by i.ord),
+      array(select 'score:' || i.id from input i join ins using (id) order by i.ord), 0, 0, 10)
+  )
+  select i.ord, ins.id is not null as inserted from input i left join ins using (id) cross join jobs order by i.ord`
+
+const TAKEN = `select client_id, idempotency_key, fingerprint, response from fraud.screenings
+                where (client_id, idempotency_key) in (select * from unnest($1::text[], $2::text[]))`
+
+export type ScreeningWriter = GroupCommit<QueuedScreening, StoredScreening>
+
+export function screeningWriter (databaseUrl: string, log: { warn (o: object, m: string): void }): ScreeningWriter {
+  return new GroupCommit<QueuedScreening, StoredScreening>({
+    name: 'fraud-overflow-writer',
+    databaseUrl,
+    log,
+    async write (c: pg.Client, ss: readonly QueuedScreening[]) {
+      const col = <K extends keyof QueuedScreening>(k: K) => ss.map(s => s[k])
+      const { rows } = await c.query<{ ord: number, inserted: boolean }>(WRITE_BATCH, [
+        ss.map((_s, i) => i), col('id'), col('clientId'), col('key'), col('fingerprint'), col('cardToken'), col('merchantId'), col('amount'), col('currency'),
+        col('ipCountry'), col('billingCountry'), ss.map(s => JSON.stringify(s.response))])
+      const out: StoredScreening[] = ss.map((s, i) => ({ fingerprint: s.fingerprint, response: s.response, inserted: rows[i]!.inserted }))
+      const taken = ss.filter((_s, i) => !rows[i]!.inserted)
+      if (taken.length > 0) {
+        const earlier = await c.query<{ client_id: string, idempotency_key: string, fingerprint: string, response: StoredScreening['response'] }>(TAKEN, [taken.map(s => s.clientId), taken.map(s => s.key)])
+        const byKey = new Map(earlier.rows.map(e => [`${e.client_id}\u0000${e.idempotency_key}`, e]))
+        ss.forEach((s, i) => {
+          if (rows[i]!.inserted) return
+          const e = byKey.get(`${s.clientId}\u0000${s.key}`)!
+          out[i] = { fingerprint: e.fingerprint, response: e.response, inserted: false }
+        })
+      }
+      return out
+    },
+  })
+}

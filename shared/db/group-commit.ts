@@ -1,0 +1,134 @@
+// Group commit for the writes a lane makes on a shed answer (a compensated tax
+// quote and its reconcile job, a queued fraud screening and its job). Those
+// answers must be durable before they are sent, and must not wait on the lane's
+// pool one request at a time: a burst of them used to take a pool connection
+// each, waiting up to 250 ms for one, and some were refused for want of one.
+// Here they go to one connection reserved for it (counted in the role's
+// CONNECTION LIMIT, taken off the lane's pool), and everything that arrives
+// while a commit is in flight goes into the next one: one BEGIN/COMMIT (one WAL
+// flush, synchronous_commit stays on) per batch, never a wait for a connection.
+// Bounded everywhere: at most `maxPending` waiting (beyond, submit refuses at
+// once), at most `maxBatch` per commit, and a batch that takes longer than
+// `timeoutMs` loses its connection (a hung server cannot hold the writer) and
+// fails every item in it; the next batch opens a new connection.
+import pg from 'pg'
+
+export interface GroupCommitOptions<I, O> {
+  name: string
+  databaseUrl: string
+  /** Writes a batch inside one transaction; one output per input, in order. */
+  write (client: pg.Client, items: readonly I[]): Promise<O[]>
+  maxBatch?: number
+  maxPending?: number
+  timeoutMs?: number
+  log: { warn (o: object, m: string): void }
+}
+
+export class GroupCommitFull extends Error {
+  constructor (name: string) { super(`${name}: too many writes waiting`); this.name = 'GroupCommitFull' }
+}
+
+interface Pending<I, O> { item: I, resolve (o: O): void, reject (e: unknown): void }
+
+export class GroupCommit<I, O> {
+  readonly #o: Required<Omit<GroupCommitOptions<I, O>, 'log'>> & Pick<GroupCommitOptions<I, O>, 'log'>
+  #queue: Array<Pending<I, O>> = []
+  #client: pg.Client | undefined
+  #connecting: Promise<pg.Client> | undefined
+  #flushing = false
+  #closed = false
+  /** Batches committed and items written, for the lane's metrics. */
+  readonly stats = { batches: 0, items: 0, failures: 0 }
+
+  constructor (o: GroupCommitOptions<I, O>) {
+    this.#o = { maxBatch: 500, maxPending: 2_000, timeoutMs: 2_000, ...o }
+  }
+
+  get pending (): number { return this.#queue.length }
+
+  /** Resolves once the item is committed (with its output), rejects if its batch failed. */
+  submit (item: I): Promise<O> {
+    if (this.#closed) return Promise.reject(new Error(`${this.#o.name}: closed`))
+    if (this.#queue.length >= this.#o.maxPending) return Promise.reject(new GroupCommitFull(this.#o.name))
+    return new Promise<O>((resolve, reject) => {
+      this.#queue.push({ item, resolve, reject })
+      if (!this.#flushing) void this.#flush()
+    })
+  }
+
+  async #flush (): Promise<void> {
+    this.#flushing = true
+    try {
+      while (this.#queue.length > 0) {
+        const batch = this.#queue.splice(0, this.#o.maxBatch)
+        try {
+          const out = await this.#commit(batch.map(p => p.item))
+          this.stats.batches++
+          this.stats.items += batch.length
+          batch.forEach((p, i) => p.resolve(out[i]!))
+        } catch (err) {
+          this.stats.failures++
+          for (const p of batch) p.reject(err)
+        }
+      }
+    } finally {
+      this.#flushing = false
+    }
+  }
+
+  async #connection (): Promise<pg.Client> {
+    if (this.#client) return this.#client
+    this.#connecting ??= (async () => {
+      const c = new pg.Client({ connectionString: this.#o.databaseUrl, application_name: `watertight-${this.#o.name}` })
+      c.on('error', err => { this.#o.log.warn({ err }, `${this.#o.name}: writer connection lost`); if (this.#client === c) this.#client = undefined })
+      await c.connect()
+      this.#client = c
+      return c
+    })().finally(() => { this.#connecting = undefined })
+    return this.#connecting
+  }
+
+  async #commit (items: readonly I[]): Promise<O[]> {
+    let timer: NodeJS.Timeout | undefined
+    let timedOut = false
+    let client: pg.Client | undefined
+    const work = (async () => {
+      client = await this.#connection()
+      await client.query('begin')
+      try {
+        const out = await this.#o.write(client, items)
+        await client.query('commit')
+        return out
+      } catch (err) {
+        await client.query('rollback').catch(() => {})
+        throw err
+      }
+    })()
+    try {
+      return await Promise.race([work, new Promise<never>((_resolve, reject) => {
+        timer = setTimeout(() => { timedOut = true; reject(new Error(`${this.#o.name}: a batch took longer than ${this.#o.timeoutMs} ms`)) }, this.#o.timeoutMs)
+      })])
+    } catch (err) {
+      // A batch that timed out may still commit on a slow server: its callers were
+      // told it failed, and each write is idempotent by its key, so a retry finds it.
+      if (timedOut && client) this.#drop(client)
+      throw err
+    } finally {
+      clearTimeout(timer)
+      work.catch(() => {})
+    }
+  }
+
+  #drop (c: pg.Client): void {
+    if (this.#client === c) this.#client = undefined
+    c.on('error', () => {})
+    ;(c as unknown as { connection?: { stream?: { destroy (): void } } }).connection?.stream?.destroy()
+  }
+
+  async close (): Promise<void> {
+    this.#closed = true
+    while (this.#flushing) await new Promise(r => setTimeout(r, 10))
+    await this.#client?.end().catch(() => {})
+    this.#client = undefined
+  }
+}
