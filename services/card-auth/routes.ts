@@ -13,6 +13,9 @@ import type { LaneRejectReason } from '../../shared/metrics.ts'
 import { AUTHORIZATION_COLUMNS, authorizationBody, type AuthorizationRow } from './authorization.ts'
 import { saturationError } from '../../shared/lanes.ts'
 
+// Named: parsed and planned once per connection, not once per authorization.
+const AUTHORIZE = { name: 'card_auth.authorize', text: 'select * from card_auth.authorize($1, $2, $3, $4, $5, $6, $7, $8)' }
+
 export function cardAuthRoutes (app: FastifyInstance, kit: LaneKit): void {
   // 429 with the lane's own policy: its permits, room again within the Retry-After.
   const saturated = (reason: LaneRejectReason): never => {
@@ -24,7 +27,7 @@ export function cardAuthRoutes (app: FastifyInstance, kit: LaneKit): void {
     const body = req.body as AuthorizationRequest
     const fp = fingerprint(body)
     const { rows } = await exec.db.query<AuthorizationRow & { fingerprint: string, replayed: boolean, in_progress: boolean }>(
-      'select * from card_auth.authorize($1, $2, $3, $4, $5, $6, $7, $8)',
+      AUTHORIZE,
       [crypto.randomUUID(), client, key, fp, body.merchantId, body.cardToken, body.amount.value, body.amount.currency],
     )
     const row = rows[0]!

@@ -7,7 +7,8 @@ import type pg from 'pg'
 import { PoolReplaced } from '../db/pool.ts'
 
 export interface ExecutionDb {
-  query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>>
+  /** A named query (`{ name, text }`) is parsed once per connection and reused. */
+  query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string | { name: string, text: string }, values?: unknown[]): Promise<pg.QueryResult<R>>
   /** Runs fn in one transaction on one connection; no I/O but this lane's SQL may happen inside. */
   tx<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T>
 }
@@ -70,7 +71,7 @@ export function executionDb (poolOf: pg.Pool | (() => pg.Pool), signal: AbortSig
   }
 
   return {
-    query: (text, values) => withClient(c => c.query(text, values)),
+    query: (text, values) => withClient(c => typeof text === 'string' ? c.query(text, values) : c.query({ ...text, values })),
     tx: fn => withClient(async c => {
       await c.query('begin')
       try {
