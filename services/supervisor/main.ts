@@ -31,6 +31,7 @@ const cfg = loadConfig(Type.Object({
   QUIET: Type.Boolean({ default: false, description: 'children log errors only (their LOG_LEVEL is error)' }),
   CPU_PRIORITIES: Type.Boolean({ default: true, description: 'run P1/P2 lanes, their workers, the deck and the sandbox at a lower CPU priority' }),
   FLEET_DIST: Type.String({ default: 'dist', description: 'where the fleet is compiled to (inside the repo, so node_modules resolves)' }),
+  FLEET_NODE_ARGS: Type.String({ default: '', description: 'node flags for every child, e.g. --cpu-prof --cpu-prof-dir=/tmp/prof (flags NODE_OPTIONS does not allow)' }),
   FLEET_PREBUILT: Type.Boolean({ default: false, description: 'use FLEET_DIST as it is (tests build it once for the run)' }),
 }), process.env)
 
@@ -138,7 +139,7 @@ const specs: Array<Omit<ChildSpec, 'argv'> & { process: string }> = [
     nice: niceOf('admin'),
   },
 ]
-for (const { process: name, ...s } of specs) children.push(new SupervisedChild({ ...s, argv: [entry, name], env: { ...s.env, ...(cfg.QUIET ? { LOG_LEVEL: 'error' } : {}) } }, say))
+for (const { process: name, ...s } of specs) children.push(new SupervisedChild({ ...s, argv: [...cfg.FLEET_NODE_ARGS.split(' ').filter(Boolean), entry, name], env: { ...s.env, ...(cfg.QUIET ? { LOG_LEVEL: 'error' } : {}) } }, say))
 
 try {
   // The sandbox first: the tax compensation table is certified against it before the lanes start.

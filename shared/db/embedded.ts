@@ -125,7 +125,8 @@ export async function startEmbedded (opts: EmbeddedOptions): Promise<EmbeddedSer
     persistent: opts.persistent ?? true,
     createPostgresUser: true,
     // Lanes, workers and parallel test databases need more than the default 100.
-    postgresFlags: ['-c', 'max_connections=400', '-c', 'listen_addresses=127.0.0.1'],
+    // TCP on loopback for tools and tests; a Unix socket in /tmp for the fleet (bootstrap.ts).
+    postgresFlags: ['-c', 'max_connections=400', '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=/tmp'],
     onLog: (m: unknown) => opts.log?.(String(m)),
     onError: (m: unknown) => opts.log?.(String(m)),
   })
