@@ -7,6 +7,7 @@ import type pg from 'pg'
 import { LANE_STATES, type LaneStateName } from './lane-state.ts'
 import type { RejectReason } from './bulkhead.ts'
 import { poolCounts } from './db/pool.ts'
+import { LatencyWindow as SlidingLatency } from './latency-window.ts'
 
 export function createRegistry (processName: string): client.Registry {
   const registry = new client.Registry()
@@ -81,22 +82,20 @@ export function laneMetrics (registry: client.Registry, s: LaneMetricSources): L
   const rejection = new client.Counter({ name: 'bulkhead_rejection_total', help: 'Requests rejected by the lane, by reason', labelNames: ['lane', 'reason'], registers: [registry] })
   const wait = new client.Histogram({ name: 'bulkhead_permit_wait_seconds', help: 'Time admitted requests waited for a permit', labelNames: ['lane'], buckets: [0, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5], registers: [registry] })
   const requestDuration = new client.Histogram({ name: 'http_request_duration_seconds', help: 'HTTP request duration', labelNames: ['lane', 'route', 'status_code'], buckets: LATENCY_BUCKETS, registers: [registry] })
-  // A sliding window (6 buckets of 10 s) so the deck sees the last minute, not
-  // the process lifetime that the histogram's counters add up to.
-  const window = new client.Summary({
-    name: 'bulkhead_request_latency_seconds', help: 'Data-plane request duration over the last minute', labelNames: ['lane'],
-    percentiles: [0.5, 0.99], maxAgeSeconds: LATENCY_WINDOW_SECONDS, ageBuckets: 6, pruneAgedBuckets: false, registers: [registry],
+  // The last minute (shared/latency-window.ts), not the process lifetime the
+  // histogram's counters add up to: what the deck shows as "p99 right now".
+  const window = new SlidingLatency()
+  new client.Gauge({
+    name: 'bulkhead_request_latency_seconds', help: 'Data-plane request duration over the last minute: its 50th and 99th percentile', labelNames: ['lane', 'percentile'], registers: [registry],
+    collect () { const [p50, p99] = window.quantiles([0.5, 0.99]); this.set({ lane, percentile: '50' }, p50 ?? NaN); this.set({ lane, percentile: '99' }, p99 ?? NaN) },
   })
   const counts: Record<string, number> = {}
   return {
-    observeLatency (seconds) { window.observe({ lane }, seconds) },
+    observeLatency (seconds) { window.observe(seconds) },
     async latencyWindow () {
-      const { values } = await window.get()
-      const q = (p: number): number | null => {
-        const v = values.find(x => (x.labels as { quantile?: number }).quantile === p)?.value
-        return v === undefined || !Number.isFinite(v) ? null : Math.round(v * 1e6) / 1e3
-      }
-      return { windowSeconds: LATENCY_WINDOW_SECONDS, p50Ms: q(0.5), p99Ms: q(0.99) }
+      const ms = (v: number | null): number | null => v === null ? null : Math.round(v * 1e6) / 1e3
+      const [p50, p99] = window.quantiles([0.5, 0.99])
+      return { windowSeconds: LATENCY_WINDOW_SECONDS, p50Ms: ms(p50!), p99Ms: ms(p99!) }
     },
     poolReset () { resets.inc({ lane }) },
     rejection (reason) { rejection.inc({ lane, reason }); counts[reason] = (counts[reason] ?? 0) + 1 },

@@ -78,7 +78,7 @@ t.test('lanes: gathered from each process, one hung lane costs at most its deadl
   t.ok(body.deck.rssBytes > 10e6 && body.deck.pid > 0, 'and the deck its own')
 
   const metrics = await call(card.url + '/metrics')
-  t.match(metrics.body, /^# TYPE bulkhead_request_latency_seconds summary$/m, 'the lane serves its one-minute window in /metrics too')
+  t.match(metrics.body, /^# TYPE bulkhead_request_latency_seconds gauge$/m, 'the lane serves its one-minute window in /metrics too')
 })
 
 t.test('timeline keeps points for the chart', async t => {

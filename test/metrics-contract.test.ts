@@ -96,7 +96,7 @@ t.test('lanes: bulkhead gauges, one-hot state, rejections by reason, pool, laten
     expectMetric(t, s, 'bulkhead_rejection_total', 'counter')
     expectMetric(t, s, 'bulkhead_permit_wait_seconds', 'histogram', ['lane'])
     expectMetric(t, s, 'http_request_duration_seconds', 'histogram', ['lane', 'route', 'status_code'])
-    expectMetric(t, s, 'bulkhead_request_latency_seconds', 'summary')
+    expectMetric(t, s, 'bulkhead_request_latency_seconds', 'gauge')
     t.ok(s.samples.filter(x => x.name.startsWith('bulkhead_')).every(x => x.labels.lane === lane), `${lane}: lane label is the lane`)
   }
   const shed = scrapes.tax!.samples.find(x => x.name === 'bulkhead_rejection_total' && x.labels.reason === 'fail_fast')

@@ -33,7 +33,7 @@ const FLEET: Record<string, 'Gauge' | 'Counter' | 'Histogram' | 'Summary'> = {
   bulkhead_permit_wait_seconds: 'Histogram',
   bulkhead_db_pool_connections: 'Gauge',
   http_request_duration_seconds: 'Histogram',
-  bulkhead_request_latency_seconds: 'Summary',
+  bulkhead_request_latency_seconds: 'Gauge',
   bulkhead_recovery_lag_seconds: 'Gauge',
   bulkhead_pool_resets_total: 'Counter',
   db_pool_connection_leaks_total: 'Counter',
