@@ -82,9 +82,19 @@ export async function buildApp (cfg: GatewayConfig) {
   registerProcessOps(app, { registry, routeOptions: ops })
   app.get('/openapi.json', ops, async () => app.swagger())
 
-  app.addHook('onResponse', async (req, reply) => {
+  app.addHook('onResponse', (req, reply, done) => {
     const spec = req.routeOptions.config as { lane?: string }
     duration.observe({ lane: spec.lane ?? 'none', route: req.routeOptions.url ?? 'unmatched', status_code: String(reply.statusCode) }, reply.elapsedTime / 1000)
+    done()
+  })
+
+  // Bodies are parsed (for validation and the PAN scan) as Fastify would, and the
+  // bytes the client sent are what the lane receives: no second serialization.
+  const json = app.getDefaultJsonParser('error', 'error')
+  app.removeContentTypeParser('application/json')
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
+    ;(req as FastifyRequest & { rawBody?: string }).rawBody = body as string
+    json(req, body as string, done)
   })
 
   for (const spec of ROUTES) {
@@ -154,7 +164,7 @@ async function proxy (req: FastifyRequest, reply: FastifyReply, spec: RouteSpec,
     const key = req.headers['idempotency-key']
     if (typeof key === 'string') headers['idempotency-key'] = key
     let body: string | undefined
-    if (spec.method === 'POST') { headers['content-type'] = 'application/json'; body = JSON.stringify(req.body) }
+    if (spec.method === 'POST') { headers['content-type'] = 'application/json'; body = (req as FastifyRequest & { rawBody?: string }).rawBody ?? JSON.stringify(req.body) }
     const res = await up.pool.request({ method: spec.method, path: req.url, headers, body, signal: ac.signal })
     const payload = Buffer.from(await res.body.arrayBuffer())
     up.reachable = true

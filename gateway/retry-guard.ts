@@ -94,12 +94,14 @@ export async function retryGuard (app: FastifyInstance, cfg: RetryGuardConfig, o
 
   // Every answer to a POST with a key that carries Retry-After sets when a retry
   // of that key is welcome again (refusals of the guard itself included).
-  app.addHook('onSend', async (req, reply) => {
+  app.addHook('onSend', (req, reply, payload, done) => {
     const key = req.headers['idempotency-key']
     const retryAfter = Number(reply.getHeader('retry-after'))
-    if (req.method !== 'POST' || typeof key !== 'string' || !(retryAfter > 0)) return
-    const entry = seen.get(`${clientOf(req)}\u0000${key}`)
-    if (entry) entry.notBefore = Date.now() + retryAfter * 1000 * (1 - EARLY_TOLERANCE)
+    if (req.method === 'POST' && typeof key === 'string' && retryAfter > 0) {
+      const entry = seen.get(`${clientOf(req)}\u0000${key}`)
+      if (entry) entry.notBefore = Date.now() + retryAfter * 1000 * (1 - EARLY_TOLERANCE)
+    }
+    done(null, payload)
   })
 
   return async function guard (req: FastifyRequest): Promise<void> {

@@ -62,19 +62,23 @@ export function createHttpApp (opts: HttpAppOptions = {}): FastifyInstance {
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false, allErrors: false, useDefaults: true } },
   })
   const drain = opts.drain ?? DRAIN_DEFAULTS
-  app.addHook('onSend', async (req, reply) => {
+  // Hooks run on every request: callback style, so none allocates a promise.
+  app.addHook('onSend', (req, reply, payload, done) => {
     reply.header('x-request-id', req.id)
     // Answered before the whole body arrived: read the rest away first (bounded), or close.
-    if (!bodyIn(req.raw) && !(await drainRequest(req.raw, drain))) reply.header('connection', 'close')
+    if (req.raw.complete) return done(null, payload)
+    drainRequest(req.raw, drain).then(clean => { if (!clean) reply.header('connection', 'close'); done(null, payload) }, done)
   })
-  app.addHook('onResponse', async (req, reply) => {
-    if (OPS_PATH.test(req.url)) return
-    req.log.debug({ req, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 100) / 100 }, 'request')
+  app.addHook('onResponse', (req, reply, done) => {
+    if (!OPS_PATH.test(req.url)) req.log.debug({ req, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 100) / 100 }, 'request')
+    done()
   })
   let closing = false
-  app.addHook('preClose', async () => { closing = true })
-  app.addHook('onRequest', async (_req, reply) => {
-    if (closing) { reply.header('connection', 'close'); throw new AppError('ERR_SHUTTING_DOWN') }
+  app.addHook('preClose', (done) => { closing = true; done() })
+  app.addHook('onRequest', (_req, reply, done) => {
+    if (!closing) return done()
+    reply.header('connection', 'close')
+    done(new AppError('ERR_SHUTTING_DOWN'))
   })
   // JSON only: Fastify's default text/plain parser would let a string body reach validation.
   app.removeContentTypeParser('text/plain')

@@ -3,10 +3,9 @@
 // exactly once, whatever ends the work.
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type pg from 'pg'
-import { BulkheadRejected, type Bulkhead } from '../bulkhead.ts'
+import { BulkheadRejected, type Bulkhead, type Permit } from '../bulkhead.ts'
 import { AppError, isAppError } from '../errors.ts'
 import type { LaneMetrics, LaneRejectReason } from '../metrics.ts'
-import { runQueueWaitMs } from '../run-queue.ts'
 import { executionDb, type Execution } from './execution.ts'
 import type { RecoveryWatch } from './recovery.ts'
 
@@ -29,64 +28,74 @@ export interface AdmissionDeps {
   deadlineMs: number
 }
 
+const FINISHED = new Error('execution finished')
+const DISCONNECTED = new Error('client disconnected')
+
+/**
+ * A lane route under the bulkhead: permit (or an answer for the rejected
+ * arrival), execution under the deadline, permit back. One AbortController per
+ * request carries every reason the work must stop: the client gone, the
+ * deadline, the end of the execution.
+ */
 export function admitted (deps: AdmissionDeps, handler: LaneHandler, onReject: RejectHandler) {
   return async function admittedHandler (req: FastifyRequest, reply: FastifyReply): Promise<unknown> {
-    // With every permit taken this arrival is about to be shed or queued: note the
-    // main thread's run-queue wait too, so the decision's timing can say how much of
-    // it was spent waiting for a CPU rather than deciding (one pread, overload only).
-    const runq0 = deps.bulkhead.active >= deps.bulkhead.permits ? runQueueWaitMs() : undefined
     const entered = performance.now()
-    const gone = new AbortController()
+    const ac = new AbortController()
     // ServerResponse 'close' fires on completion too; only a close before the end is a disconnect.
-    const onClose = (): void => { if (!reply.raw.writableFinished) gone.abort(new Error('client disconnected')) }
+    const onClose = (): void => { if (!reply.raw.writableFinished && !ac.signal.aborted) ac.abort(DISCONNECTED) }
     reply.raw.on('close', onClose)
-    let permit
-    // acquire() decides at once when the queue has no room: time that decision itself.
-    const pending = deps.bulkhead.acquire(gone.signal)
-    const decidedAt = performance.now()
-    const runq1 = runq0 === undefined ? undefined : runQueueWaitMs()
+    let permit: Permit
     try {
-      permit = await pending
+      // acquire() decides at once when the queue has no room (a rejected promise).
+      const pending = deps.bulkhead.acquire(ac.signal)
+      const decidedAt = performance.now()
+      permit = await pending.catch(err => { throw Object.assign(err as Error, { decidedAt }) })
     } catch (err) {
       reply.raw.off('close', onClose)
-      if (!(err instanceof BulkheadRejected)) throw err
-      if (err.reason === 'aborted') return reply.hijack()
-      deps.metrics.rejection(err.reason)
-      // How long admission took to decide (INV-BH-02 asks < 5 ms), and how long the
-      // request had been in the process by then (parsing, validation, event-loop wait).
-      // runq: of the admit time, how long the process was off the CPU (ready, not
-      // running); only for an immediate decision, whose two readings bracket it.
-      const decided = err.reason === 'queue_timeout' ? performance.now() : decidedAt
-      const runq = err.reason !== 'queue_timeout' && runq0 !== undefined && runq1 !== undefined ? `, runq;desc="waiting for a CPU during admit";dur=${Math.max(0, runq1 - runq0).toFixed(3)}` : ''
-      reply.header('server-timing', `admit;desc="${err.reason}";dur=${(decided - entered).toFixed(3)}${runq}, inproc;dur=${reply.elapsedTime.toFixed(3)}`)
-      return send(reply, await onReject(err.reason, req))
+      return rejected(deps, req, reply, err as Error & { decidedAt: number }, entered, onReject)
     }
     deps.metrics.permitWait(permit.waitedMs / 1000)
-
-    const ac = new AbortController()
-    const abort = (reason: unknown): void => { if (!ac.signal.aborted) ac.abort(reason) }
-    gone.signal.addEventListener('abort', () => abort(gone.signal.reason), { once: true })
-    const deadline = setTimeout(() => abort(new AppError('ERR_DEADLINE_EXCEEDED', { detail: `execution exceeded ${deps.deadlineMs} ms` })), deps.deadlineMs)
-    const stopped = new Promise<never>((_resolve, reject) => ac.signal.addEventListener('abort', () => reject(ac.signal.reason), { once: true }))
-    stopped.catch(() => {})
     try {
-      const exec: Execution = { signal: ac.signal, db: executionDb(deps.pool, ac.signal, deps.recovery) }
-      const result = await Promise.race([handler(req, exec), stopped])
-      return send(reply, result)
+      return send(reply, await execute(deps, handler, req, ac))
     } catch (err) {
-      if (ac.signal.aborted && isAppError(ac.signal.reason) && ac.signal.reason.code === 'ERR_DEADLINE_EXCEEDED') {
-        deps.metrics.rejection('deadline')
-        throw ac.signal.reason
-      }
-      if (gone.signal.aborted) return reply.hijack()
+      if (ac.signal.reason === DISCONNECTED) return reply.hijack()
       throw err
     } finally {
-      clearTimeout(deadline)
       // The permit comes back now even if the work ignores the signal and runs on.
       permit.release()
-      abort(new Error('execution finished'))
+      if (!ac.signal.aborted) ac.abort(FINISHED)
       reply.raw.off('close', onClose)
     }
+  }
+}
+
+/** A rejected arrival: counted, timed (Server-Timing), and answered by the lane's own policy. */
+async function rejected (deps: AdmissionDeps, req: FastifyRequest, reply: FastifyReply, err: Error & { decidedAt: number }, entered: number, onReject: RejectHandler): Promise<unknown> {
+  if (!(err instanceof BulkheadRejected)) throw err
+  if (err.reason === 'aborted') return reply.hijack()
+  deps.metrics.rejection(err.reason)
+  // How long admission took to decide (INV-BH-02 asks < 5 ms), and how long the
+  // request had been in the process by then (parsing, validation, event-loop wait).
+  const decided = err.reason === 'queue_timeout' ? performance.now() : err.decidedAt
+  reply.header('server-timing', `admit;desc="${err.reason}";dur=${(decided - entered).toFixed(3)}, inproc;dur=${reply.elapsedTime.toFixed(3)}`)
+  return send(reply, await onReject(err.reason, req))
+}
+
+/** The handler under the hard deadline: whichever comes first, its result or the abort. */
+async function execute (deps: AdmissionDeps, handler: LaneHandler, req: FastifyRequest, ac: AbortController): Promise<LaneResult> {
+  const deadline = setTimeout(() => { if (!ac.signal.aborted) ac.abort(new AppError('ERR_DEADLINE_EXCEEDED', { detail: `execution exceeded ${deps.deadlineMs} ms` })) }, deps.deadlineMs)
+  const stopped = new Promise<never>((_resolve, reject) => ac.signal.addEventListener('abort', () => reject(ac.signal.reason), { once: true }))
+  stopped.catch(() => {})
+  try {
+    return await Promise.race([handler(req, { signal: ac.signal, db: executionDb(deps.pool, ac.signal, deps.recovery) }), stopped])
+  } catch (err) {
+    if (isAppError(ac.signal.reason) && ac.signal.reason.code === 'ERR_DEADLINE_EXCEEDED') {
+      deps.metrics.rejection('deadline')
+      throw ac.signal.reason
+    }
+    throw err
+  } finally {
+    clearTimeout(deadline)
   }
 }
 

@@ -84,10 +84,11 @@ export async function buildLaneApp (opts: BuildLaneOptions): Promise<{ app: Fast
     admitted: (handler, onReject) => admitted({ bulkhead, metrics, pool, recovery, deadlineMs: limits.deadlineMs }, handler, onReject),
   }
 
-  app.addHook('onResponse', async (req, reply) => {
+  app.addHook('onResponse', (req, reply, done) => {
     const route = req.routeOptions.url ?? 'unmatched'
     metrics.requestDuration.observe({ lane: limits.lane, route, status_code: String(reply.statusCode) }, reply.elapsedTime / 1000)
     if (route.startsWith('/v1/')) metrics.observeLatency(reply.elapsedTime / 1000)
+    done()
   })
   app.addHook('onClose', async () => {
     clearInterval(stateTimer)

@@ -43,20 +43,24 @@ try {
     return r.statusCode
   }
   await runOpenLoop({ rate: Math.min(...rates), durationMs: 3_000, send }) // warm-up (JIT, pools)
-  const results: Array<{ rate: number, sent: number, ok: number, p50: number, p99: number, perReq: Map<string, number>, generator: number }> = []
+  const results: Array<{ rate: number, sent: number, ok: number, p50: number, p99: number, perReq: Map<string, number>, sysPerReq: Map<string, number>, generator: number }> = []
   for (const rate of rates) {
     await sleep(2_000)
     const procs = await fleetProcesses(fleet.pid, db)
     const before = cpuByLabel(procs)
+    const sys0 = cpuByLabel(procs, 'system')
     const gen0 = cpuUs(process.pid)!
     const r = await runOpenLoop({ rate, durationMs: seconds * 1000, send })
     const after = cpuByLabel(procs)
+    const sys1 = cpuByLabel(procs, 'system')
     const gen1 = cpuUs(process.pid)!
     const served = r.completed
     const perReq = new Map<string, number>()
     for (const [label, us] of after) perReq.set(label, (us - (before.get(label) ?? us)) / served)
+    const sysPerReq = new Map<string, number>()
+    for (const [label, us] of sys1) sysPerReq.set(label, (us - (sys0.get(label) ?? us)) / served)
     const s = summary(r.histogram)
-    results.push({ rate, sent: r.sentRate, ok: (r.statuses['201'] ?? 0) / r.scheduled, p50: s.p50Ms, p99: s.p99Ms, perReq, generator: (gen1 - gen0) / served })
+    results.push({ rate, sent: r.sentRate, ok: (r.statuses['201'] ?? 0) / r.scheduled, p50: s.p50Ms, p99: s.p99Ms, perReq, sysPerReq, generator: (gen1 - gen0) / served })
     console.log(`rate ${rate}: sent ${r.sentRate.toFixed(0)}/s, 201 ${(100 * (r.statuses['201'] ?? 0) / r.scheduled).toFixed(1)}%, p50 ${s.p50Ms.toFixed(1)} ms, p99 ${s.p99Ms.toFixed(1)} ms, end to end ${END_TO_END.reduce((x, l) => x + (perReq.get(l) ?? 0), 0).toFixed(0)} µs/auth`)
   }
   await gw.close()
@@ -70,7 +74,7 @@ try {
   console.log(`| CPU µs per authorization | ${results.map(r => `${r.rate}/s`).join(' | ')} |`)
   console.log(`|---|${results.map(() => '---:').join('|')}|`)
   console.log(`| **end to end: gateway + card-auth + pg:card_auth_ds** | ${results.map(r => `**${END_TO_END.reduce((x, l) => x + (r.perReq.get(l) ?? 0), 0).toFixed(0)}**`).join(' | ')} |`)
-  for (const l of labels) console.log(`| ${l} | ${results.map(r => cell(r.perReq.get(l))).join(' | ')} |`)
+  for (const l of labels) console.log(`| ${l} | ${results.map(r => `${cell(r.perReq.get(l))}${END_TO_END.includes(l) ? ` (kernel ${cell(r.sysPerReq.get(l))})` : ''}`).join(' | ')} |`)
   console.log(`| whole fleet | ${results.map(r => [...r.perReq.values()].reduce((x, y) => x + y, 0).toFixed(0)).join(' | ')} |`)
   console.log(`| load generator (this process) | ${results.map(r => r.generator.toFixed(0)).join(' | ')} |`)
   console.log(`| sent req/s | ${results.map(r => r.sent.toFixed(0)).join(' | ')} |`)

@@ -8,12 +8,18 @@ import { descendants } from './local-fleet.ts'
 
 const TICK_US = 1_000_000 / Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim() || 100)
 
-/** CPU used so far by a process (µs); undefined when it is gone. */
+/** CPU used so far by a process (µs): user + system; undefined when it is gone. */
 export function cpuUs (pid: number): number | undefined {
+  const c = cpuSplitUs(pid)
+  return c && c.user + c.system
+}
+
+/** CPU used so far by a process (µs), user and system apart. */
+export function cpuSplitUs (pid: number): { user: number, system: number } | undefined {
   try {
     const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
     const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-    return (Number(f[11]) + Number(f[12])) * TICK_US
+    return { user: Number(f[11]) * TICK_US, system: Number(f[12]) * TICK_US }
   } catch { return undefined }
 }
 
@@ -40,12 +46,12 @@ export async function fleetProcesses (root: number, db: pg.Client, names: Record
   return out
 }
 
-/** CPU µs per label right now. */
-export function cpuByLabel (procs: Map<number, string>): Map<string, number> {
+/** CPU µs per label right now; with `system`, only the kernel's part. */
+export function cpuByLabel (procs: Map<number, string>, part: 'all' | 'system' = 'all'): Map<string, number> {
   const out = new Map<string, number>()
   for (const [pid, label] of procs) {
-    const us = cpuUs(pid)
-    if (us !== undefined) out.set(label, (out.get(label) ?? 0) + us)
+    const c = cpuSplitUs(pid)
+    if (c !== undefined) out.set(label, (out.get(label) ?? 0) + (part === 'system' ? c.system : c.user + c.system))
   }
   return out
 }
