@@ -52,6 +52,9 @@ export function saturationError (lane: LaneName, detail: string, policy: { name:
 }
 
 /** Lanes whose shed answers are recorded (a compensated quote, a queued screening) write them through one reserved connection. */
+/** Connections of each lane replica's share kept out of its pool for a pool reset (shared/db/pool.ts). */
+export const RESET_CONNECTIONS = 1
+
 export function writerConnections (lane: LaneName): number {
   return LANE_QUEUES[lane].length > 0 ? 1 : 0
 }
@@ -150,9 +153,15 @@ export interface LaneLimits {
   readonly host: string
 }
 
-/** Headroom so the lane's own fast answers (429, compensation, 202) still pass the gateway cap. */
+/**
+ * The gateway's in-flight cap for a lane: what two replicas can hold (permits and
+ * queue), plus headroom for a burst the lane answers itself at once (429, a
+ * compensated quote, a 202): the spec's bursts (150 fraud screenings, 60 tax
+ * quotes at once) must reach the lane's own shed policy, not the gateway's cap.
+ */
+export const GATEWAY_BURST_HEADROOM = 150
 export function gatewayCap (permits: number, queue: number): number {
-  return 2 * (permits + queue) + 50
+  return 2 * (permits + queue) + GATEWAY_BURST_HEADROOM
 }
 
 export function laneLimits (lane: LaneName, env: Record<string, string | undefined> = process.env): LaneLimits {
@@ -176,8 +185,11 @@ export function laneLimits (lane: LaneName, env: Record<string, string | undefin
       roleConnectionLimit: c.POOL_MAX,
       replicas: c.REPLICAS,
       // The group-commit writer of a lane that records shed answers (fraud, tax) is
-      // one connection of each replica's share, outside its pool.
-      poolMax: Math.max(1, Math.floor((c.POOL_MAX - c.WORKER_POOL_MAX) / c.REPLICAS) - writerConnections(lane)),
+      // one connection of each replica's share, outside its pool; one more is kept
+      // free for a pool reset, which uses it to end the stuck backends it replaces
+      // (shared/db/pool.ts): without it, those backends hold the role's whole limit
+      // and the new pool cannot open a connection.
+      poolMax: Math.max(1, Math.floor((c.POOL_MAX - c.WORKER_POOL_MAX) / c.REPLICAS) - writerConnections(lane) - RESET_CONNECTIONS),
       writerConnections: writerConnections(lane),
       workerPoolMax: c.WORKER_POOL_MAX,
       statementTimeoutMs: c.STATEMENT_TIMEOUT_MS,

@@ -52,6 +52,8 @@ export function toAppError (err: FastifyError | Error): AppError {
   }
   // PostgreSQL cancelled the statement: the role's statement_timeout ran out.
   if (fe.code === '57014') return new AppError('ERR_DEADLINE_EXCEEDED', { detail: 'a database statement ran past its timeout' })
+  // The lane's role has no connection left (its CONNECTION LIMIT): capacity, not a bug.
+  if (fe.code === '53300') return new AppError('ERR_LANE_OVERLOADED', { detail: 'no database connection of this lane is free' })
   switch (fe.code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE': return new AppError('ERR_PAYLOAD_TOO_LARGE')
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE': return new AppError('ERR_UNSUPPORTED_MEDIA_TYPE')

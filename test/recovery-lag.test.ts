@@ -42,14 +42,17 @@ const quote = () => call(tax.url + '/v1/tax/quotes', { json: { jurisdiction: 'DE
 const metric = async (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec((await call(tax.url + '/metrics')).body)?.[1] ?? NaN)
 
 t.test('a recovery that lags its provider resets the pool, raises the alert, and the lane serves again at once', async t => {
-  t.ok(await eventually(async () => (await status()).pool.total > 0, 10_000, 50), 'the lane holds its warmed connections')
+  // Every connection the pool may open is open (and will be frozen): a pool short
+  // of its max would open a fresh, unfrozen connection for a waiting quote, and
+  // the lane would recover without any lag to notice.
+  t.ok(await eventually(async () => { const p = (await status()).pool; return p.total === p.max && p.max > 0 }, 30_000, 50), 'the lane holds every connection its pool may open')
   await faults({ mode: 'hang' })
   const answers: Array<{ at: number, status: number, source?: string }> = []
   const record = (p: Promise<{ status: number, body: any }>) => { void p.then(r => answers.push({ at: performance.now(), status: r.status, source: r.body?.source })) }
   // Every permit taken by a quote waiting on the hung provider (each has read
   // its idempotency record and given its connection back).
   for (let i = 0; i < 15; i++) record(quote())
-  t.ok(await eventually(async () => { const s = await status(); return s.active === 15 && s.pool.idle === s.pool.total }, 10_000, 20), 'every permit waits on the provider, no connection is held')
+  t.ok(await eventually(async () => { const s = await status(); return s.active === 15 && s.pool.idle === s.pool.total && s.pool.total === s.pool.max }, 10_000, 20), 'every permit waits on the provider, no connection is held, none was closed')
   t.ok(proxy.freeze() > 0, 'the lane\'s connections to PostgreSQL are black-holed')
   // The provider heals; the quotes waiting on it miss their 1 s quote deadline and
   // go to write a compensated quote: on the frozen connections, until their 6 s deadline.

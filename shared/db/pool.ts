@@ -47,8 +47,11 @@ export class PoolReplaced extends Error {
  * admitted request is dropped; only clients held past the deadline, which no
  * execution holds, are cut.
  */
+const RESET_TIMEOUT_MS = 2_000
+
 export class ReplaceablePool {
   #current: pg.Pool
+  #replacing = false
   readonly #make: () => pg.Pool
 
   constructor (make: () => pg.Pool) {
@@ -62,23 +65,58 @@ export class ReplaceablePool {
    * New checkouts go to a new pool. Clients of the old one held longer than
    * `staleAfterMs` (the execution deadline: no admitted execution holds one that
    * long) are stuck on the old connections: their sockets are closed, so whoever
-   * holds them gets an error and gives them back.
+   * holds them gets an error and gives them back. Their backends, and those of
+   * the old pool's idle connections, are ended on the server too: closing a
+   * socket does not end its backend when the network eats the close (a black
+   * hole, a hung middlebox), and such backends would hold the role's CONNECTION
+   * LIMIT until TCP gives up on them, so the new pool could not open any. That is
+   * done on one connection of its own, opened before the swap on the connection
+   * of each replica's share that no pool uses (RESET_CONNECTIONS, shared/lanes.ts),
+   * so the new pool's connections cannot take its place. Resolves with the
+   * number of backends ended.
    */
-  replace (staleAfterMs: number): void {
+  async replace (staleAfterMs: number): Promise<number> {
+    if (this.#replacing) return 0
+    this.#replacing = true
     const old = this.#current
-    this.#current = this.#make()
-    // Whoever waits for a connection of the old pool is told at once (PoolReplaced),
-    // so an execution waiting there takes one of the new pool instead of waiting
-    // out its deadline behind connections that may never come back. (pg-pool has
-    // no public call for this; its queue of waiters is _pendingQueue.)
-    const waiting = (old as unknown as { _pendingQueue?: Array<{ callback (err: Error): void }> })._pendingQueue
-    for (const w of waiting?.splice(0) ?? []) w.callback(new PoolReplaced())
-    for (const c of heldLongerThan(old, staleAfterMs)) {
-      // Its holder sees its query fail; the client's own 'error' must not crash the process.
-      c.on('error', () => {})
-      ;(c as unknown as { connection?: { stream?: { destroy (): void } } }).connection?.stream?.destroy()
+    const o = old.options as pg.PoolConfig
+    const reset = new pg.Client({ connectionString: o.connectionString, application_name: `${o.application_name ?? 'watertight'}-reset`, connectionTimeoutMillis: RESET_TIMEOUT_MS, query_timeout: RESET_TIMEOUT_MS })
+    reset.on('error', () => {})
+    const connected = await reset.connect().then(() => true, () => false)
+    try {
+      const stuck = heldLongerThan(old, staleAfterMs)
+      const idle = ((old as unknown as { _idle?: Array<{ client: pg.PoolClient }> })._idle ?? []).map(i => i.client)
+      const pids = [...idle, ...stuck].map(c => (c as unknown as { processID?: number }).processID).filter((p): p is number => typeof p === 'number')
+      this.#current = this.#make()
+      // Whoever waits for a connection of the old pool is told at once (PoolReplaced),
+      // so an execution waiting there takes one of the new pool instead of waiting
+      // out its deadline behind connections that may never come back. (pg-pool has
+      // no public call for this; its queue of waiters is _pendingQueue.)
+      const waiting = (old as unknown as { _pendingQueue?: Array<{ callback (err: Error): void }> })._pendingQueue
+      for (const w of waiting?.splice(0) ?? []) w.callback(new PoolReplaced())
+      for (const c of stuck) {
+        // Its holder sees its query fail; the client's own 'error' must not crash the process.
+        c.on('error', () => {})
+        ;(c as unknown as { connection?: { stream?: { destroy (): void } } }).connection?.stream?.destroy()
+      }
+      // Connections the old pool's executions still hold come back by their deadline
+      // and are closed then: their backends are ended too, on the new pool.
+      const ended = new Set(pids)
+      old.on('remove', (c: pg.PoolClient) => {
+        const pid = (c as unknown as { processID?: number }).processID
+        if (typeof pid !== 'number' || ended.has(pid)) return
+        ended.add(pid)
+        this.#current.query('select pg_terminate_backend($1)', [pid]).catch(() => {})
+      })
+      old.end().catch(() => {})
+      if (!connected || pids.length === 0) return 0
+      // A role may end its own backends (pg_terminate_backend).
+      const r = await reset.query<{ ended: number }>('select count(*) filter (where pg_terminate_backend(pid))::int as ended from unnest($1::int[]) as pid', [pids]).catch(() => undefined)
+      return r?.rows[0]?.ended ?? 0
+    } finally {
+      this.#replacing = false
+      await reset.end().catch(() => {})
     }
-    old.end().catch(() => {})
   }
 
   end (): Promise<void> { return this.#current.end() }

@@ -68,7 +68,10 @@ export async function buildLaneApp (opts: BuildLaneOptions): Promise<{ app: Fast
     onLag: lagMs => {
       app.log.error({ alert: 'ALERT_BULKHEAD_RECOVERY_LAG', lane: limits.lane, lagMs: Math.round(lagMs), active: bulkhead.active, baseline: limits.recovery.baselineActive, poolReset: pools !== undefined },
         `ALERT_BULKHEAD_RECOVERY_LAG: ${limits.lane} still holds ${bulkhead.active} permits ${Math.round(lagMs)} ms after its dependency came back; resetting its connection pool`)
-      if (pools) { pools.replace(limits.deadlineMs); metrics.poolReset() }
+      if (pools) {
+        metrics.poolReset()
+        void pools.replace(limits.deadlineMs).then(ended => app.log.warn({ lane: limits.lane, backendsEnded: ended }, 'pool reset: the old pool\'s idle and stuck backends were ended'))
+      }
     },
   })
   const stateTimer = setInterval(() => { state.tick(); recovery.tick() }, 250)
