@@ -11,7 +11,7 @@ import { startFleet } from './helpers/fleet.ts'
 import { startLoneGateway } from './helpers/gateway.ts'
 import { call, eventually, type Res } from './helpers/http.ts'
 
-// One permit, no queue: the gateway's cap for card-auth is 2 x (1 + 0) + 50 = 52.
+// One permit, no queue: the gateway's cap for card-auth is 2 x (1 + 0) + 150 = 152.
 const env = { CARD_AUTH_PERMITS: '1', CARD_AUTH_QUEUE: '0' }
 const CAP = laneLimits('card-auth', env).gateway.inflightCap
 const db = await testDatabase(t, env)

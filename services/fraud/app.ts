@@ -7,5 +7,6 @@ export async function buildApp (cfg: LaneAppConfig) {
   const writer = screeningWriter(cfg.databaseUrl, { warn: (o, m) => built.app.log.warn(o, m) })
   const built = await buildLaneApp({ ...cfg, routes: fraudRoutes(weightsFromEnv(), writer) })
   built.app.addHook('onClose', async () => { await writer.close() })
+  writer.warm()
   return built
 }

@@ -24,5 +24,6 @@ export async function buildApp (cfg: TaxConfig) {
   const built = await buildLaneApp({ ...cfg, routes: taxRoutes({ provider, quoteDeadlineMs: cfg.quoteDeadlineMs, compensation, writer }) })
   built.app.addHook('onClose', async () => { compensation.close(); await writer.close(); await provider.destroy() })
   built.app.get('/compensation', async () => compensation.status())
+  writer.warm()
   return built
 }

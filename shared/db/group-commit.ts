@@ -76,6 +76,11 @@ export class GroupCommit<I, O> {
     }
   }
 
+  /** Opens the writer's connection before the first shed answer needs it (a cold login costs that answer tens of ms). */
+  warm (): void {
+    this.#connection().catch(err => { this.#o.log.warn({ err }, `${this.#o.name}: writer connection not opened; the first batch opens it`) })
+  }
+
   async #connection (): Promise<pg.Client> {
     if (this.#client) return this.#client
     this.#connecting ??= (async () => {
@@ -128,6 +133,7 @@ export class GroupCommit<I, O> {
   async close (): Promise<void> {
     this.#closed = true
     while (this.#flushing) await new Promise(r => setTimeout(r, 10))
+    await this.#connecting?.catch(() => {})
     await this.#client?.end().catch(() => {})
     this.#client = undefined
   }

@@ -76,9 +76,13 @@ async function rejected (deps: AdmissionDeps, req: FastifyRequest, reply: Fastif
   deps.metrics.rejection(err.reason)
   // How long admission took to decide (INV-BH-02 asks < 5 ms), and how long the
   // request had been in the process by then (parsing, validation, event-loop wait).
+  // And, once the lane's policy has its answer (a compensated quote or a queued
+  // screening is committed first), how long the whole request took in the lane.
   const decided = err.reason === 'queue_timeout' ? performance.now() : err.decidedAt
-  reply.header('server-timing', `admit;desc="${err.reason}";dur=${(decided - entered).toFixed(3)}, inproc;dur=${reply.elapsedTime.toFixed(3)}`)
-  return send(reply, await onReject(err.reason, req))
+  const timing = `admit;desc="${err.reason}";dur=${(decided - entered).toFixed(3)}, inproc;dur=${reply.elapsedTime.toFixed(3)}`
+  const answer = await onReject(err.reason, req)
+  reply.header('server-timing', `${timing}, answer;dur=${reply.elapsedTime.toFixed(3)}`)
+  return send(reply, answer)
 }
 
 /** The handler under the hard deadline: whichever comes first, its result or the abort. */

@@ -17,7 +17,7 @@ await updateQueue(db.pool, 'fraud-async', { maxWorkers: 2 })
 const screen = (i: number, key?: string) => fleet.post('/v1/fraud/screenings', { cardToken: `tok_fraud_${i % 7}`, merchantId: 'm_f', amount: { value: 1_000 + i, currency: 'EUR' }, ipCountry: 'DE', billingCountry: i % 3 ? 'DE' : 'FR' }, key)
 
 t.test('overload: sync first, async overflow, every screening final exactly once', async t => {
-  // 50 at once: under the gateway's in-flight cap for this lane (2 x (2 + 1) + 50 = 56).
+  // 50 at once: under the gateway's in-flight cap for this lane (2 x (2 + 1) + 150 = 156).
   const rs = await Promise.all(Array.from({ length: 50 }, (_, i) => screen(i, `fr-${i}`)))
   const sync = rs.filter(r => r.status === 200)
   const async = rs.filter(r => r.status === 202)
