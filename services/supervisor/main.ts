@@ -78,7 +78,7 @@ if (!cfg.FLEET_PREBUILT) {
 }
 
 const secrets = localSecrets(dataDir)
-const db = await bootstrapDatabase({ dataDir, port: cfg.PG_PORT, database: cfg.PG_DATABASE, secrets, databaseUrl: cfg.DATABASE_URL, log: say }).catch((err: unknown) => {
+const db = await bootstrapDatabase({ dataDir, port: cfg.PG_PORT, database: cfg.PG_DATABASE, secrets, databaseUrl: cfg.DATABASE_URL, log: say, compiledDaemon: path.join(path.dirname(entry), '../shared/db/embedded-daemon.js') }).catch((err: unknown) => {
   // An embedded server that cannot start says why in one line; no stack trace.
   if (!isEmbeddedStartError(err)) return fail(`the database did not come up: ${(err as Error).message}`)
   process.stderr.write(`[supervisor] ${err.message}\n`)

@@ -31,14 +31,14 @@ export interface Bootstrapped {
   embedded: EmbeddedServer | undefined
 }
 
-export async function bootstrapDatabase (opts: { dataDir: string, port: number, database: string, secrets: LocalSecrets, databaseUrl?: string | undefined, log: (m: string) => void }): Promise<Bootstrapped> {
+export async function bootstrapDatabase (opts: { dataDir: string, port: number, database: string, secrets: LocalSecrets, databaseUrl?: string | undefined, log: (m: string) => void, compiledDaemon?: string }): Promise<Bootstrapped> {
   let embedded: EmbeddedServer | undefined
   let superUrl: string
   if (opts.databaseUrl) {
     superUrl = opts.databaseUrl
   } else {
     opts.log(`starting embedded PostgreSQL on 127.0.0.1:${opts.port} (data in ${path.join(opts.dataDir, 'pg')})`)
-    embedded = await spawnEmbedded({ dataDir: path.join(opts.dataDir, 'pg'), port: opts.port, password: opts.secrets.pgPassword })
+    embedded = await spawnEmbedded({ dataDir: path.join(opts.dataDir, 'pg'), port: opts.port, password: opts.secrets.pgPassword }, opts.compiledDaemon)
     const admin = new pg.Client({ connectionString: embedded.url('postgres') })
     await admin.connect()
     const { rowCount } = await admin.query('select 1 from pg_database where datname = $1', [opts.database])

@@ -151,10 +151,15 @@ export async function startEmbedded (opts: EmbeddedOptions): Promise<EmbeddedSer
   }
 }
 
-/** startEmbedded in a detached child process (embedded-daemon.ts); stop() sends it SIGTERM. */
-export async function spawnEmbedded (opts: Omit<EmbeddedOptions, 'log' | 'persistent'>): Promise<EmbeddedServer> {
-  const script = fileURLToPath(new URL('./embedded-daemon.ts', import.meta.url))
-  const child = spawn(process.execPath, ['--import', 'tsx', script], {
+/**
+ * startEmbedded in a detached child process (embedded-daemon.ts); stop() sends it
+ * SIGTERM. `compiledDaemon`: the daemon compiled to JavaScript (the fleet's
+ * dist/), run as it is; without it the TypeScript source runs under tsx (its
+ * loader thread costs the process ~30 MB more).
+ */
+export async function spawnEmbedded (opts: Omit<EmbeddedOptions, 'log' | 'persistent'>, compiledDaemon?: string): Promise<EmbeddedServer> {
+  const script = compiledDaemon ?? fileURLToPath(new URL('./embedded-daemon.ts', import.meta.url))
+  const child = spawn(process.execPath, compiledDaemon ? [script] : ['--import', 'tsx', script], {
     detached: true,
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     env: { ...process.env, WT_EMBEDDED_OPTS: JSON.stringify(opts) },

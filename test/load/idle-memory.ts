@@ -1,0 +1,57 @@
+// `npm run bench:memory`: what the fleet holds in memory at idle (issue 15 item 5:
+// under 600 MB for the fleet's Node processes). Starts the fleet (npm start's
+// supervisor, its own data directory and ports), lets it idle, and prints the
+// resident set (VmRSS) and the private part of it (RssAnon: heap and code the
+// process does not share) of every process: the supervisor and its Node
+// children, then PostgreSQL's, apart. Extra node flags for every child can be
+// tried with FLEET_NODE_ARGS (e.g. --max-semi-space-size=2).
+import fs from 'node:fs'
+import { parseArgs } from 'node:util'
+import pg from 'pg'
+import { startLocalFleet } from './local-fleet.ts'
+import { fleetProcesses } from './proc-cpu.ts'
+import { gitCommit, machine, numberFlag, sleep } from './run-info.ts'
+
+const { values: a } = parseArgs({ options: {
+  'idle-seconds': { type: 'string', default: '30' },
+  'base-port': { type: 'string', default: '18780' },
+  'limit-mb': { type: 'string', default: '600' },
+} })
+const idleS = numberFlag(a, 'idle-seconds', 0, 3_600)
+const limitMb = numberFlag(a, 'limit-mb', 1, 1_000_000)
+const argv = process.argv.slice(2).join(' ')
+const command = `${process.env.FLEET_NODE_ARGS ? `FLEET_NODE_ARGS='${process.env.FLEET_NODE_ARGS}' ` : ''}npm run bench:memory${argv ? ' -- ' + argv : ''}`
+
+function memKb (pid: number): { rss: number, anon: number } {
+  try {
+    const s = fs.readFileSync(`/proc/${pid}/status`, 'utf8')
+    return { rss: Number(/VmRSS:\s+(\d+)/.exec(s)?.[1] ?? 0), anon: Number(/RssAnon:\s+(\d+)/.exec(s)?.[1] ?? 0) }
+  } catch { return { rss: 0, anon: 0 } }
+}
+
+const fleet = await startLocalFleet({ dataDir: '.data/bench-memory', basePort: numberFlag(a, 'base-port', 1_024, 60_000), env: { LOG_LEVEL: 'warn' } })
+let over = false
+try {
+  await sleep(idleS * 1000)
+  const db = new pg.Client({ connectionString: fleet.databaseUrl })
+  await db.connect()
+  const procs = await fleetProcesses(fleet.pid, db)
+  await db.end()
+  const rows = [...procs].map(([pid, label]) => ({ pid, label, ...memKb(pid) })).filter(r => r.rss > 0)
+  const node = rows.filter(r => !r.label.startsWith('pg:'))
+  const pgRows = rows.filter(r => r.label.startsWith('pg:'))
+  const mb = (kb: number): string => (kb / 1024).toFixed(1)
+  const sum = (rs: typeof rows, k: 'rss' | 'anon'): number => rs.reduce((n, r) => n + r[k], 0)
+  over = sum(node, 'rss') / 1024 >= limitMb
+  console.log(`\n${command}`)
+  console.log(`${new Date().toISOString()}, commit ${gitCommit()}, ${machine({ kernel: true })}; after ${idleS} s idle\n`)
+  console.log('| process | RSS MB | private (RssAnon) MB |')
+  console.log('|---|---:|---:|')
+  for (const r of node.sort((x, y) => y.rss - x.rss)) console.log(`| ${r.label} | ${mb(r.rss)} | ${mb(r.anon)} |`)
+  console.log(`| **Node processes (${node.length})** | **${mb(sum(node, 'rss'))}** | **${mb(sum(node, 'anon'))}** |`)
+  console.log(`| PostgreSQL (${pgRows.length} processes; RSS counts shared buffers in each) | ${mb(sum(pgRows, 'rss'))} | ${mb(sum(pgRows, 'anon'))} |`)
+  console.log(`\nNode processes at idle: ${mb(sum(node, 'rss'))} MB, ${over ? 'over' : 'under'} the ${limitMb} MB limit`)
+} finally {
+  await fleet.stop()
+}
+process.exit(over ? 1 : 0)
