@@ -344,7 +344,8 @@ async function main (): Promise<number> {
     const rssIn = (from: number, to: number): number[] => samples.filter(s => s.s >= from && s.s < to).map(s => s.rssBytes)
     const mb = (b: number | undefined): number => Math.round((b ?? 0) / 1e5) / 10
     const rss = {
-      processes: samples.at(-1)?.processes ?? 0,
+      // The most processes one poll saw: a process that missed the last poll is still one.
+      processes: Math.max(0, ...samples.map(s => s.processes)),
       beforeMb: mb(rssIn(W, faultFrom).at(-1)),
       duringPeakMb: mb(Math.max(0, ...rssIn(faultFrom, faultTo))),
       afterMb: mb(rssIn(faultTo, end + 10).at(-1)),
