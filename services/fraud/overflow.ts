@@ -15,8 +15,8 @@ export interface QueuedScreening {
 export interface StoredScreening { fingerprint: string, response: { id: string, mode?: string }, inserted: boolean }
 
 // The batch's screenings and, for those that were new, their jobs
-// (jobs.enqueue_many: one NOTIFY for the lot); then, in the same transaction,
-// the earlier screening of every key that was taken (a replay).
+// (jobs.enqueue_many: one NOTIFY for the lot), in one statement; then the
+// earlier screening of every key that was taken (a replay), committed by then.
 const WRITE_BATCH = `
   with input as (
     select * from unnest($1::int[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::text[], $10::text[], $11::text[], $12::jsonb[])
@@ -46,7 +46,7 @@ export function screeningWriter (databaseUrl: string, log: { warn (o: object, m:
     log,
     async write (c: pg.Client, ss: readonly QueuedScreening[]) {
       const col = <K extends keyof QueuedScreening>(k: K) => ss.map(s => s[k])
-      const { rows } = await c.query<{ ord: number, inserted: boolean }>(WRITE_BATCH, [
+      const { rows } = await c.query<{ ord: number, inserted: boolean }>({ name: 'fraud-write-batch', text: WRITE_BATCH }, [
         ss.map((_s, i) => i), col('id'), col('clientId'), col('key'), col('fingerprint'), col('cardToken'), col('merchantId'), col('amount'), col('currency'),
         col('ipCountry'), col('billingCountry'), ss.map(s => JSON.stringify(s.response))])
       const out: StoredScreening[] = ss.map((s, i) => ({ fingerprint: s.fingerprint, response: s.response, inserted: rows[i]!.inserted }))

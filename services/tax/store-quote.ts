@@ -70,9 +70,9 @@ export async function storeQuote (exec: Execution, r: QuoteRecord): Promise<Lane
 }
 
 // One statement writes the batch's quotes and, for those that were new, their
-// reconcile jobs (jobs.enqueue_many: one NOTIFY for the lot); a second reads back
-// the earlier quote of every key that was taken (a replay), in the same
-// transaction, so it also sees a duplicate written earlier in this batch.
+// reconcile jobs (jobs.enqueue_many: one NOTIFY for the lot), committed when it
+// returns; a second reads back the earlier quote of every key that was taken (a
+// replay), a duplicate written earlier in the same batch included.
 const WRITE_BATCH = `
   with input as (
     select * from unnest($1::int[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[],
@@ -102,7 +102,7 @@ export function compensationWriter (databaseUrl: string, log: { warn (o: object,
     log,
     async write (c: pg.Client, rs: readonly QuoteRecord[]) {
       const col = <K extends keyof QuoteRecord>(k: K) => rs.map(r => r[k])
-      const { rows } = await c.query<{ ord: number, inserted: boolean }>(WRITE_BATCH, [
+      const { rows } = await c.query<{ ord: number, inserted: boolean }>({ name: 'tax-write-batch', text: WRITE_BATCH }, [
         rs.map((_r, i) => i), col('id'), col('clientId'), col('key'), col('fingerprint'), col('jurisdiction'), col('amount'), col('currency'),
         col('rate'), col('tax'), col('total'), col('tableVersion'), rs.map(r => JSON.stringify(r.response)), col('reason')])
       const out: Stored[] = rs.map((r, i) => ({ fingerprint: r.fingerprint, response: r.response, inserted: rows[i]!.inserted }))

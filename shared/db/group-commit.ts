@@ -5,8 +5,11 @@
 // each, waiting up to 250 ms for one, and some were refused for want of one.
 // Here they go to one connection reserved for it (counted in the role's
 // CONNECTION LIMIT, taken off the lane's pool), and everything that arrives
-// while a commit is in flight goes into the next one: one BEGIN/COMMIT (one WAL
-// flush, synchronous_commit stays on) per batch, never a wait for a connection.
+// while a commit is in flight goes into the next one: one commit (one WAL flush,
+// synchronous_commit stays on) per batch, never a wait for a connection. A batch
+// is written by one statement in autocommit, atomic and durable when it returns,
+// so the answers wait for one round trip, not three (BEGIN, the write, COMMIT);
+// `write` may read afterwards (the replays of taken keys), never write again.
 // Bounded everywhere: at most `maxPending` waiting (beyond, submit refuses at
 // once), at most `maxBatch` per commit, and a batch that takes longer than
 // `timeoutMs` loses its connection (a hung server cannot hold the writer) and
@@ -16,7 +19,7 @@ import pg from 'pg'
 export interface GroupCommitOptions<I, O> {
   name: string
   databaseUrl: string
-  /** Writes a batch inside one transaction; one output per input, in order. */
+  /** Writes a batch with ONE writing statement (autocommit: atomic, durable on return), reads after it if it must; one output per input, in order. */
   write (client: pg.Client, items: readonly I[]): Promise<O[]>
   maxBatch?: number
   maxPending?: number
@@ -99,15 +102,7 @@ export class GroupCommit<I, O> {
     let client: pg.Client | undefined
     const work = (async () => {
       client = await this.#connection()
-      await client.query('begin')
-      try {
-        const out = await this.#o.write(client, items)
-        await client.query('commit')
-        return out
-      } catch (err) {
-        await client.query('rollback').catch(() => {})
-        throw err
-      }
+      return await this.#o.write(client, items)
     })()
     try {
       return await Promise.race([work, new Promise<never>((_resolve, reject) => {
