@@ -32,7 +32,13 @@ const dbUser = (url: string): string => new URL(url).username
 t.test('the file parses, and each process is its own service of the one image', async t => {
   for (const p of PROCESSES) {
     t.ok(svc[p], `${p} is a service`)
-    t.equal(svc[p].image, svc.gateway.image, `${p} runs the fleet image`)
+    if (p === 'tax-sandbox') {
+      t.match(svc[p].build, { dockerfile: 'deploy/Dockerfile', target: 'demo' }, 'the sandbox runs the demo target (the production image has no sales-tax)')
+      t.not(svc[p].image, svc.gateway.image, 'under its own image name')
+    } else {
+      t.equal(svc[p].image, svc.gateway.image, `${p} runs the fleet image`)
+      t.equal(svc[p].build?.target, undefined, `${p}: the production (default) target`)
+    }
     t.equal([svc[p].command].flat()[0], p.startsWith('worker-') ? 'worker' : p, `${p} runs its own process`)
   }
   t.ok(svc.postgres && svc.migrate, 'PostgreSQL and the migrate job')

@@ -447,6 +447,7 @@ t.test('the demo\'s tax sandbox is reached by the tax processes only and reaches
   const demo = fleet([...objects, ...demoObjects])
   const sandbox = demo.workload('tax-sandbox')
   t.strictSame(main(sandbox).args, ['tax-sandbox'])
+  t.equal(main(sandbox).image, IMAGE.replace(/^watertight:/, 'watertight-demo:'), 'the demo image (the production one has no sales-tax)')
   t.strictSame(demo.ingressSources(sandbox), ['tax', 'worker-tax'])
   t.notOk(demo.egressAllows(sandbox, 5432), 'no PostgreSQL')
   for (const name of ['tax', 'worker-tax']) t.ok(demo.egressAllows(demo.workload(name), 8190), `${name} reaches it`)
