@@ -17,15 +17,12 @@ module.exports = {
     },
     {
       name: `${CODE}:lane-imports-process`,
-      comment: "A lane imports the gateway or another process's code (only the worker's job-type contract is shared).",
+      comment: "A lane imports the gateway or another process's code (what they share, such as the job-type contract, lives in shared/).",
       severity: 'error',
       // The certification CLI may start a sandbox in-process when no provider is given; the lane never loads it.
       from: { path: `^services/${LANE}/`, pathNot: '^services/tax/compensation/certify-cli\\.ts$' },
-      to: {
-        // Other lanes are the rule above's.
-        path: '^(gateway|services/(?!card-auth/|fraud/|tax/)[^/]+)/',
-        pathNot: ['^services/worker/job-types\\.ts$'],
-      },
+      // Other lanes are the rule above's.
+      to: { path: '^(gateway|services/(?!card-auth/|fraud/|tax/)[^/]+)/' },
     },
     {
       name: `${CODE}:shared-imports-process`,
