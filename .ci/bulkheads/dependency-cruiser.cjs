@@ -25,6 +25,13 @@ module.exports = {
       to: { path: '^(gateway|services/(?!card-auth/|fraud/|tax/)[^/]+)/' },
     },
     {
+      name: `${CODE}:process-imports-process`,
+      comment: "The gateway, the supervisor, the deck or another process imports another process's code: what they share lives in shared/.",
+      severity: 'error',
+      from: { path: `^(gateway|services/(?!${LANE}/)[^/]+)/` },
+      to: { path: '^(gateway|services/[^/]+)/', pathNot: '^$1/' },
+    },
+    {
       name: `${CODE}:shared-imports-process`,
       comment: 'shared/ is code every process loads; it must not pull in any one process.',
       severity: 'error',
