@@ -8,6 +8,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { Type } from 'typebox'
 import { loadConfig } from '../../shared/config.ts'
+import { LOG_FORMATS } from '../../shared/http-app.ts'
 import { bootstrapDatabase, localSecrets } from '../../shared/db/bootstrap.ts'
 import { isEmbeddedStartError } from '../../shared/db/embedded.ts'
 import { deckRoleName, jobsRoleName, LANE_NAMES, LANE_QUEUES, envPrefix, laneLimits, laneUrl as laneUrlOf } from '../../shared/lanes.ts'
@@ -33,7 +34,13 @@ const cfg = loadConfig(Type.Object({
   FLEET_DIST: Type.String({ default: 'dist', description: 'where the fleet is compiled to (inside the repo, so node_modules resolves)' }),
   FLEET_NODE_ARGS: Type.String({ default: '', description: 'node flags for every child, e.g. --cpu-prof --cpu-prof-dir=/tmp/prof (flags NODE_OPTIONS does not allow)' }),
   FLEET_PREBUILT: Type.Boolean({ default: false, description: 'use FLEET_DIST as it is (tests build it once for the run)' }),
+  LOG_FORMAT: Type.Optional(Type.Union(LOG_FORMATS.map(f => Type.Literal(f)), { description: 'the children\'s log format; unset: pretty when stdout is a terminal, else json' })),
 }), process.env)
+// Decided once, here: children inherit this terminal, so each would see a TTY
+// of its own. Pretty lines for a person at a terminal, JSON lines otherwise
+// (a pipe, a file, a test); LOG_FORMAT set by hand wins. Children inherit it
+// through the environment (child.ts spawns with process.env).
+process.env.LOG_FORMAT = cfg.LOG_FORMAT ?? (process.stdout.isTTY ? 'pretty' : 'json')
 
 const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../..')
 const dataDir = path.resolve(cfg.DATA_DIR)
