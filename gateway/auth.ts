@@ -3,7 +3,7 @@
 import fs from 'node:fs'
 import type { FastifyRequest } from 'fastify'
 import { AppError } from '../shared/errors.ts'
-import { hashKey, keyIndex, readKeyFile } from './api-keys.ts'
+import { hashKey, keyIndex, readKeyFile } from '../shared/api-keys.ts'
 
 export interface KeySource { lookup (hash: string): string | undefined, close (): void }
 

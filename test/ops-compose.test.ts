@@ -6,7 +6,8 @@ import { execFile } from 'node:child_process'
 import { promisify } from 'node:util'
 import t from 'tap'
 import { parse } from 'yaml'
-import { laneLimits, LANE_NAMES } from '../shared/lanes.ts'
+import { FLEET } from '../shared/fleet.ts'
+import { envPrefix, LANE_DEFAULTS, laneLimits, LANE_NAMES } from '../shared/lanes.ts'
 import { ROOT } from './helpers/procs.ts'
 
 const run = promisify(execFile)
@@ -32,7 +33,13 @@ const dbUser = (url: string): string => new URL(url).username
 t.test('the file parses, and each process is its own service of the one image', async t => {
   for (const p of PROCESSES) {
     t.ok(svc[p], `${p} is a service`)
-    t.equal(svc[p].image, svc.gateway.image, `${p} runs the fleet image`)
+    if (p === 'tax-sandbox') {
+      t.match(svc[p].build, { dockerfile: 'deploy/Dockerfile', target: 'demo' }, 'the sandbox runs the demo target (the production image has no sales-tax)')
+      t.not(svc[p].image, svc.gateway.image, 'under its own image name')
+    } else {
+      t.equal(svc[p].image, svc.gateway.image, `${p} runs the fleet image`)
+      t.equal(svc[p].build?.target, undefined, `${p}: the production (default) target`)
+    }
     t.equal([svc[p].command].flat()[0], p.startsWith('worker-') ? 'worker' : p, `${p} runs its own process`)
   }
   t.ok(svc.postgres && svc.migrate, 'PostgreSQL and the migrate job')
@@ -79,4 +86,20 @@ t.test('--scale tax=2 stays inside the tax role connection limit', async t => {
   t.ok(used <= l.db.roleConnectionLimit, `2 replicas x ${l.db.poolMax} + worker ${l.db.workerPoolMax} = ${used} <= ${l.db.roleConnectionLimit}`)
   const one = laneLimits('tax', {})
   t.ok(l.db.poolMax < one.db.poolMax, `each replica's pool shrinks (${one.db.poolMax} -> ${l.db.poolMax})`)
+})
+
+t.test('every process agrees with the fleet table: process, port, health check, database role', async t => {
+  for (const p of FLEET) {
+    const s = svc[p.name]
+    t.ok(s, `${p.name} is a service`)
+    t.equal([s.command].flat()[0], p.entry, `${p.name}: runs ${p.entry}`)
+    const e = s.environment ?? {}
+    // The image's health check reads the port from this variable, with the table's default.
+    t.ok([undefined, String(p.port)].includes(e[p.portEnv]), `${p.name}: ${p.portEnv} unset or ${p.port}`)
+    const targets = (s.ports ?? []).map((x: any) => Number(typeof x === 'string' ? x.split('/')[0]!.split(':').at(-1) : x.target))
+    t.ok(targets.every((x: number) => x === p.port), `${p.name}: published ports target ${p.port} (${targets.join(', ') || 'none published'})`)
+    t.match([s.healthcheck.test].flat().join(' '), /dist\/services\/healthcheck\.js/, `${p.name}: the image's health check (${p.health.live})`)
+    t.equal(e.DATABASE_URL ? dbUser(e.DATABASE_URL) : undefined, p.role, `${p.name}: DATABASE_URL role ${p.role ?? '(none)'}`)
+    if (p.lane) t.equal(dbUser(e[`${envPrefix(p.lane)}DATABASE_URL`]), LANE_DEFAULTS[p.lane].role, `${p.name}: runs ${p.lane} jobs as ${LANE_DEFAULTS[p.lane].role}`)
+  }
 })

@@ -11,6 +11,7 @@ import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import t from 'tap'
 import { parseAllDocuments } from 'yaml'
+import { FLEET } from '../shared/fleet.ts'
 import { DECK_ROLE, JOBS_ROLE, LANE_DEFAULTS, LANE_NAMES, LANE_QUEUES, dbRoles, envPrefix } from '../shared/lanes.ts'
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url))
@@ -447,6 +448,7 @@ t.test('the demo\'s tax sandbox is reached by the tax processes only and reaches
   const demo = fleet([...objects, ...demoObjects])
   const sandbox = demo.workload('tax-sandbox')
   t.strictSame(main(sandbox).args, ['tax-sandbox'])
+  t.equal(main(sandbox).image, IMAGE.replace(/^watertight:/, 'watertight-demo:'), 'the demo image (the production one has no sales-tax)')
   t.strictSame(demo.ingressSources(sandbox), ['tax', 'worker-tax'])
   t.notOk(demo.egressAllows(sandbox, 5432), 'no PostgreSQL')
   for (const name of ['tax', 'worker-tax']) t.ok(demo.egressAllows(demo.workload(name), 8190), `${name} reaches it`)
@@ -466,5 +468,24 @@ t.test('the optional CloudNativePG cluster gives each role the lane table\'s CON
     t.match(r, { ensure: 'present', login: true, superuser: false, createdb: false, createrole: false, inherit: false, connectionLimit }, `${role}: limit ${connectionLimit}`)
     const secret = docs.find(o => o.kind === 'Secret' && o.metadata.name === r?.passwordSecret?.name)
     t.match(secret?.stringData, { username: role, password: /CHANGE_ME/ }, `${role}: placeholder password Secret`)
+  }
+})
+
+t.test('every process agrees with the fleet table: process, port, health routes, database role', async t => {
+  const all = fleet([...objects, ...demoObjects])
+  const secretUser = (c: any, name: string): string | undefined => {
+    const ref = env(c, name)?.valueFrom?.secretKeyRef
+    const secret = [...objects, ...demoObjects].find(o => o.kind === 'Secret' && o.metadata.name === ref?.name) as { stringData: Record<string, string> } | undefined
+    return secret ? new URL(String(secret.stringData[ref.key])).username : undefined
+  }
+  for (const p of FLEET) {
+    const c = main(all.workload(p.name))
+    t.strictSame(c.args, [p.entry], `${p.name}: runs ${p.entry}`)
+    t.equal(c.ports[0].containerPort, p.port, `${p.name}: port ${p.port}`)
+    t.ok([undefined, String(p.port)].includes(envValue(c, p.portEnv)), `${p.name}: ${p.portEnv} unset or ${p.port}`)
+    t.equal(c.readinessProbe?.httpGet?.path, p.health.ready ?? p.health.live, `${p.name}: readiness route`)
+    t.equal(c.livenessProbe?.httpGet?.path, p.health.live, `${p.name}: liveness route`)
+    t.equal(secretUser(c, 'DATABASE_URL'), p.role, `${p.name}: DATABASE_URL role ${p.role ?? '(none)'}`)
+    if (p.lane) t.equal(secretUser(c, `${envPrefix(p.lane)}DATABASE_URL`), LANE_DEFAULTS[p.lane].role, `${p.name}: runs ${p.lane} jobs as ${LANE_DEFAULTS[p.lane].role}`)
   }
 })

@@ -17,15 +17,19 @@ module.exports = {
     },
     {
       name: `${CODE}:lane-imports-process`,
-      comment: "A lane imports the gateway or another process's code (only the worker's job-type contract is shared).",
+      comment: "A lane imports the gateway or another process's code (what they share, such as the job-type contract, lives in shared/).",
       severity: 'error',
       // The certification CLI may start a sandbox in-process when no provider is given; the lane never loads it.
       from: { path: `^services/${LANE}/`, pathNot: '^services/tax/compensation/certify-cli\\.ts$' },
-      to: {
-        // Other lanes are the rule above's.
-        path: '^(gateway|services/(?!card-auth/|fraud/|tax/)[^/]+)/',
-        pathNot: ['^services/worker/job-types\\.ts$'],
-      },
+      // Other lanes are the rule above's.
+      to: { path: '^(gateway|services/(?!card-auth/|fraud/|tax/)[^/]+)/' },
+    },
+    {
+      name: `${CODE}:process-imports-process`,
+      comment: "The gateway, the supervisor, the deck or another process imports another process's code: what they share lives in shared/.",
+      severity: 'error',
+      from: { path: `^(gateway|services/(?!${LANE}/)[^/]+)/` },
+      to: { path: '^(gateway|services/[^/]+)/', pathNot: '^$1/' },
     },
     {
       name: `${CODE}:shared-imports-process`,

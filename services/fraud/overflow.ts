@@ -5,6 +5,7 @@
 // its batch is committed: never a wait for one of the lane's pool connections.
 import type pg from 'pg'
 import { GroupCommit } from '../../shared/db/group-commit.ts'
+import { JOB_NAMES, QUEUES } from '../../shared/queue/job-types.ts'
 
 export interface QueuedScreening {
   id: string, clientId: string, key: string, fingerprint: string, cardToken: string, merchantId: string
@@ -28,7 +29,7 @@ const WRITE_BATCH = `
     on conflict (client_id, idempotency_key) do nothing
     returning id
   ), jobs as (
-    select count(*) as n from jobs.enqueue_many('fraud-async', 'fraud.score',
+    select count(*) as n from jobs.enqueue_many('${QUEUES.fraudAsync}', '${JOB_NAMES.fraudScore}',
       array(select jsonb_build_object('screeningId', i.id) from input i join ins using (id) order by i.ord),
       array(select 'score:' || i.id from input i join ins using (id) order by i.ord), 0, 0, 10)
   )

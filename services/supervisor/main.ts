@@ -8,11 +8,13 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { Type } from 'typebox'
 import { loadConfig } from '../../shared/config.ts'
+import { LOG_FORMATS } from '../../shared/http-app.ts'
+import { FLEET, fleetProcess, NICE } from '../../shared/fleet.ts'
 import { bootstrapDatabase, localSecrets } from '../../shared/db/bootstrap.ts'
 import { isEmbeddedStartError } from '../../shared/db/embedded.ts'
 import { deckRoleName, jobsRoleName, LANE_NAMES, LANE_QUEUES, envPrefix, laneLimits, laneUrl as laneUrlOf } from '../../shared/lanes.ts'
 import { onShutdown, SUPERVISOR_KILL_AFTER_MS } from '../../shared/lifecycle.ts'
-import { createKey, hashKey, readKeyFile } from '../../gateway/api-keys.ts'
+import { createKey, hashKey, readKeyFile } from '../../shared/api-keys.ts'
 import { execFile } from 'node:child_process'
 import { promisify } from 'node:util'
 import { buildFleet, fleetEntry } from './build.ts'
@@ -24,16 +26,22 @@ const cfg = loadConfig(Type.Object({
   DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })),
   PG_PORT: Type.Integer({ default: 54329, minimum: 1, maximum: 65535 }),
   PG_DATABASE: Type.String({ default: 'watertight', pattern: '^[a-z_][a-z0-9_]*$' }),
-  GATEWAY_PORT: Type.Integer({ default: 8080, minimum: 1, maximum: 65535 }),
-  DECK_PORT: Type.Integer({ default: 9090, minimum: 1, maximum: 65535 }),
-  TAX_SANDBOX_PORT: Type.Integer({ default: 8190, minimum: 1, maximum: 65535 }),
-  WORKER_PORT: Type.Integer({ default: 8104, minimum: 1, maximum: 65535 }),
+  GATEWAY_PORT: Type.Integer({ default: fleetProcess('gateway').port, minimum: 1, maximum: 65535 }),
+  DECK_PORT: Type.Integer({ default: fleetProcess('deck').port, minimum: 1, maximum: 65535 }),
+  TAX_SANDBOX_PORT: Type.Integer({ default: fleetProcess('tax-sandbox').port, minimum: 1, maximum: 65535 }),
+  WORKER_PORT: Type.Integer({ default: FLEET.find(p => p.entry === 'worker')!.port, minimum: 1, maximum: 65535, description: 'the first worker\'s port; the next worker takes the next one' }),
   QUIET: Type.Boolean({ default: false, description: 'children log errors only (their LOG_LEVEL is error)' }),
   CPU_PRIORITIES: Type.Boolean({ default: true, description: 'run P1/P2 lanes, their workers, the deck and the sandbox at a lower CPU priority' }),
   FLEET_DIST: Type.String({ default: 'dist', description: 'where the fleet is compiled to (inside the repo, so node_modules resolves)' }),
   FLEET_NODE_ARGS: Type.String({ default: '', description: 'node flags for every child, e.g. --cpu-prof --cpu-prof-dir=/tmp/prof (flags NODE_OPTIONS does not allow)' }),
   FLEET_PREBUILT: Type.Boolean({ default: false, description: 'use FLEET_DIST as it is (tests build it once for the run)' }),
+  LOG_FORMAT: Type.Optional(Type.Union(LOG_FORMATS.map(f => Type.Literal(f)), { description: 'the children\'s log format; unset: pretty when stdout is a terminal, else json' })),
 }), process.env)
+// Decided once, here: children inherit this terminal, so each would see a TTY
+// of its own. Pretty lines for a person at a terminal, JSON lines otherwise
+// (a pipe, a file, a test); LOG_FORMAT set by hand wins. Children inherit it
+// through the environment (child.ts spawns with process.env).
+process.env.LOG_FORMAT = cfg.LOG_FORMAT ?? (process.stdout.isTTY ? 'pretty' : 'json')
 
 const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../..')
 const dataDir = path.resolve(cfg.DATA_DIR)
@@ -103,29 +111,28 @@ const sandboxUrl = `http://127.0.0.1:${cfg.TAX_SANDBOX_PORT}`
 const gatewayUrl = `http://127.0.0.1:${cfg.GATEWAY_PORT}`
 const deckUrl = `http://127.0.0.1:${cfg.DECK_PORT}`
 const certFile = path.join(dataDir, 'tax-certificate.json')
-// CPU is a shared resource too when the fleet shares cores (one host, npm start):
-// the OS scheduler favours the P0 path (gateway, card-auth) over P1 and P2 work,
-// so a busy tax lane slows itself, not card authorizations. In Kubernetes and
-// Compose each process has its own CPU requests/limits instead (deploy/).
-const niceOf = (p: 'P0' | 'P1' | 'P2' | 'admin' | 'external'): number => !cfg.CPU_PRIORITIES ? 0 : { P0: 0, P1: 5, P2: 10, admin: 5, external: 10 }[p]
+// CPU is a shared resource too when the fleet shares cores: nice levels from the fleet table.
+const niceOf = (name: string): number => cfg.CPU_PRIORITIES ? NICE[fleetProcess(name).priority] : 0
+const liveUrl = (name: string, url: string): string => url + fleetProcess(name).health.live
 const specs: Array<Omit<ChildSpec, 'argv'> & { process: string }> = [
   // The sandbox stands in for a remote third party: it must not compete with the fleet for the local CPU.
-  { name: 'tax-sandbox', process: 'tax-sandbox', env: { TAX_SANDBOX_PORT: String(cfg.TAX_SANDBOX_PORT) }, healthUrl: `${sandboxUrl}/health/live`, nice: niceOf('external') },
+  { name: 'tax-sandbox', process: 'tax-sandbox', env: { TAX_SANDBOX_PORT: String(cfg.TAX_SANDBOX_PORT) }, healthUrl: liveUrl('tax-sandbox', sandboxUrl), nice: niceOf('tax-sandbox') },
   ...LANE_NAMES.map(n => {
     const l = laneLimits(n)
-    return { name: n, process: n, env: { DATABASE_URL: db.roleUrl(l.db.role), TAX_PROVIDER_URL: sandboxUrl, TAX_CERTIFICATE_FILE: certFile, [`${envPrefix(n)}PORT`]: String(l.port) }, healthUrl: `${laneUrl[n]}/health/live`, nice: niceOf(l.priority) }
+    return { name: n, process: n, env: { DATABASE_URL: db.roleUrl(l.db.role), TAX_PROVIDER_URL: sandboxUrl, TAX_CERTIFICATE_FILE: certFile, [`${envPrefix(n)}PORT`]: String(l.port) }, healthUrl: liveUrl(n, laneUrl[n]!), nice: niceOf(n) }
   }),
   // One worker process per lane that owns queues, so async work is isolated per lane too.
   ...workerLanes.map((lane, i) => ({
     name: `worker-${lane}`, process: 'worker',
     env: { DATABASE_URL: db.roleUrl(jobsRoleName()), [`${envPrefix(lane)}DATABASE_URL`]: db.roleUrl(laneLimits(lane).db.role), TAX_PROVIDER_URL: sandboxUrl, WORKER_QUEUES: LANE_QUEUES[lane].join(','), WORKER_PORT: String(cfg.WORKER_PORT + i), WORKER_REPLICAS: String(workerLanes.length) },
-    healthUrl: `http://127.0.0.1:${cfg.WORKER_PORT + i}/health/live`,
-    nice: niceOf(laneLimits(lane).priority),
+    healthUrl: liveUrl(`worker-${lane}`, `http://127.0.0.1:${cfg.WORKER_PORT + i}`),
+    nice: niceOf(`worker-${lane}`),
   })),
   {
     name: 'gateway', process: 'gateway',
     env: { GATEWAY_PORT: String(cfg.GATEWAY_PORT), API_KEYS_FILE: keysFile, CARD_AUTH_URL: laneUrl['card-auth']!, FRAUD_URL: laneUrl.fraud!, TAX_URL: laneUrl.tax! },
-    healthUrl: `${gatewayUrl}/health/live`,
+    healthUrl: liveUrl('gateway', gatewayUrl),
+    nice: niceOf('gateway'),
   },
   // The admin plane: loopback only, its own DB role, polling every process above.
   {
@@ -135,8 +142,8 @@ const specs: Array<Omit<ChildSpec, 'argv'> & { process: string }> = [
       CARD_AUTH_URL: laneUrl['card-auth']!, FRAUD_URL: laneUrl.fraud!, TAX_URL: laneUrl.tax!, GATEWAY_URL: gatewayUrl, TAX_SANDBOX_URL: sandboxUrl,
       WORKER_URLS: workerLanes.map((lane, i) => `worker-${lane}=http://127.0.0.1:${cfg.WORKER_PORT + i}`).join(','),
     },
-    healthUrl: `${deckUrl}/health/live`,
-    nice: niceOf('admin'),
+    healthUrl: liveUrl('deck', deckUrl),
+    nice: niceOf('deck'),
   },
 ]
 for (const { process: name, ...s } of specs) children.push(new SupervisedChild({ ...s, argv: [...cfg.FLEET_NODE_ARGS.split(' ').filter(Boolean), entry, name], env: { ...s.env, ...(cfg.QUIET ? { LOG_LEVEL: 'error' } : {}) } }, say))

@@ -14,6 +14,7 @@ import { GroupCommit } from '../../shared/db/group-commit.ts'
 import type { LaneResult } from '../../shared/lane-kit/admission.ts'
 import type { Execution } from '../../shared/lane-kit/execution.ts'
 import { clientIdOf, fingerprint, idempotencyKeyOf, replay } from '../../shared/lane-kit/request-context.ts'
+import { JOB_NAMES, QUEUES } from '../../shared/queue/job-types.ts'
 
 export type QuoteSource = { source: 'provider', rate: number } | { source: 'compensation', rate: number, tableVersion: string, reason: string }
 
@@ -62,7 +63,7 @@ export async function storeQuote (exec: Execution, r: QuoteRecord): Promise<Lane
       [r.id, r.clientId, r.key, r.fingerprint, r.jurisdiction, r.amount, r.currency, r.rate, r.tax, r.total, r.source, r.tableVersion, r.response])
     const row = ins.rows[0]!
     if (row.inserted && r.source === 'compensation') {
-      await c.query("select jobs.enqueue('tax-reconcile', 'tax.reconcile', $1, 0, 0, 20, $2)", [{ quoteId: r.id, reason: r.reason }, `reconcile:${r.id}`])
+      await c.query('select jobs.enqueue($1, $2, $3, 0, 0, 20, $4)', [QUEUES.taxReconcile, JOB_NAMES.taxReconcile, { quoteId: r.id, reason: r.reason }, `reconcile:${r.id}`])
     }
     return row
   })
@@ -85,7 +86,7 @@ const WRITE_BATCH = `
     on conflict (client_id, idempotency_key) do nothing
     returning id
   ), jobs as (
-    select count(*) as n from jobs.enqueue_many('tax-reconcile', 'tax.reconcile',
+    select count(*) as n from jobs.enqueue_many('${QUEUES.taxReconcile}', '${JOB_NAMES.taxReconcile}',
       array(select jsonb_build_object('quoteId', i.id, 'reason', i.reason) from input i join ins using (id) order by i.ord),
       array(select 'reconcile:' || i.id from input i join ins using (id) order by i.ord), 0, 0, 20)
   )

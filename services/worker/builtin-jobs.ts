@@ -4,7 +4,7 @@
 //    payload.failAttempts attempts (retry drills) or failing fatally.
 //  - `sleep-once`: like `sleep`, but declared non-idempotent, so a rescued
 //    zombie of it is dead-lettered, never re-run (rescue drills).
-import { FatalJobError, type JobType } from './job-types.ts'
+import { FatalJobError, JOB_NAMES, type JobType } from '../../shared/queue/job-types.ts'
 
 const sleep: JobType['run'] = async (p, ctx) => {
       const ms = Math.max(0, Math.min(600_000, Number(p.ms ?? 0)))
@@ -18,7 +18,7 @@ const sleep: JobType['run'] = async (p, ctx) => {
 }
 
 export const BUILTIN_JOBS: readonly JobType[] = Object.freeze([
-  { type: 'noop', idempotent: true, run: async () => null },
-  { type: 'sleep', idempotent: true, run: sleep },
-  { type: 'sleep-once', idempotent: false, run: sleep },
+  { type: JOB_NAMES.noop, idempotent: true, run: async () => null },
+  { type: JOB_NAMES.sleep, idempotent: true, run: sleep },
+  { type: JOB_NAMES.sleepOnce, idempotent: false, run: sleep },
 ] satisfies JobType[])

@@ -15,7 +15,7 @@ import { LEAK_DETECTION_DEFAULT_MS } from '../../shared/db/leak-detection.ts'
 import { pressureLimits } from '../../shared/pressure-config.ts'
 import { buildApp } from './app.ts'
 import { BUILTIN_JOBS } from './builtin-jobs.ts'
-import type { JobType } from './job-types.ts'
+import type { JobType } from '../../shared/queue/job-types.ts'
 import { Worker } from './runner.ts'
 
 const cfg = loadConfig(Type.Object({

@@ -22,7 +22,7 @@ import { heartbeat } from '../../shared/queue/heartbeat.ts'
 import { rescueZombies, strandedZombies, type StrandedZombies } from '../../shared/queue/rescue.ts'
 import { workerGone, workerSeen } from '../../shared/queue/workers.ts'
 import type { Job } from '../../shared/queue/types.ts'
-import type { JobType } from './job-types.ts'
+import type { JobType } from '../../shared/queue/job-types.ts'
 
 export interface WorkerOptions {
   pool: pg.Pool

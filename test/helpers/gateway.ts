@@ -6,7 +6,7 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import type { Test } from 'tap'
-import { createKey } from '../../gateway/api-keys.ts'
+import { createKey } from '../../shared/api-keys.ts'
 import { startProcess, type Proc } from './procs.ts'
 import { call, type Res } from './http.ts'
 

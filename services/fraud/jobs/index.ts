@@ -1,15 +1,14 @@
 // fraud-async: score a queued screening with the same engine as the lane, as the
 // fraud role (fraud_ds). Idempotent: the row is locked and scored only while it
 // is still queued, so a rescued zombie that runs again changes nothing.
-import type { JobType } from '../../worker/job-types.ts'
-import { FatalJobError } from '../../worker/job-types.ts'
+import { FatalJobError, JOB_NAMES, type JobType } from '../../../shared/queue/job-types.ts'
 import { cardHistory } from '../history.ts'
 import { score, weightsFromEnv } from '../scoring.ts'
 
 export function jobTypes (): JobType[] {
   const weights = weightsFromEnv()
   return [{
-  type: 'fraud.score',
+  type: JOB_NAMES.fraudScore,
   lane: 'fraud',
   idempotent: true,
   async run (payload, ctx) {

@@ -5,8 +5,7 @@
 // fills reconciled_* once.
 import type { Pool } from 'undici'
 import { createOriginPool } from '../../../shared/lane-kit/http.ts'
-import type { JobType } from '../../worker/job-types.ts'
-import { FatalJobError } from '../../worker/job-types.ts'
+import { FatalJobError, JOB_NAMES, type JobType } from '../../../shared/queue/job-types.ts'
 import { ProviderError, quoteFromProvider } from '../provider.ts'
 
 /** The job types, with a provider client of their own per worker (3 sockets: MaxWorkers of tax-reconcile). */
@@ -14,7 +13,7 @@ export function jobTypes (): JobType[] {
   // A Pool opens no socket until the first job uses it.
   const provider: Pool = createOriginPool(process.env.TAX_PROVIDER_URL ?? 'http://127.0.0.1:8190', { connections: 3, timeoutMs: 5_000 })
   return [{
-  type: 'tax.reconcile',
+  type: JOB_NAMES.taxReconcile,
   lane: 'tax',
   idempotent: true,
   async run (payload, ctx) {

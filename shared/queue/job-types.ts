@@ -1,0 +1,45 @@
+// The queue's names and what a job type declares, shared by the lanes that
+// enqueue and own job types (services/<lane>/jobs) and the worker that runs
+// them. `idempotent` decides what zombie rescue may do with a job whose worker
+// vanished mid-run: re-run it, or dead-letter it.
+import type pg from 'pg'
+import type { LaneName } from '../lanes.ts'
+import type { Job } from './types.ts'
+
+/** The queues (rows of jobs.queues, created by migration 0005_jobs.sql). */
+export const QUEUES = Object.freeze({
+  fraudAsync: 'fraud-async',
+  taxReconcile: 'tax-reconcile',
+} as const)
+
+/** Every job type's name: the lanes' own, then the worker's built-ins (operations and benchmarks). */
+export const JOB_NAMES = Object.freeze({
+  fraudScore: 'fraud.score',
+  taxReconcile: 'tax.reconcile',
+  noop: 'noop',
+  sleep: 'sleep',
+  sleepOnce: 'sleep-once',
+} as const)
+
+export type JobName = typeof JOB_NAMES[keyof typeof JOB_NAMES]
+
+export interface JobContext {
+  readonly signal: AbortSignal
+  readonly job: Job
+  /** The owning lane's pool, connecting as that lane's role (undefined for built-ins). */
+  readonly db: pg.Pool | undefined
+}
+
+export interface JobType {
+  readonly type: JobName
+  readonly idempotent: boolean
+  /** The lane whose data the job touches: it runs with that lane's role. */
+  readonly lane?: LaneName
+  run (payload: Record<string, unknown>, ctx: JobContext): Promise<unknown>
+}
+
+/** Throw this for a failure that no retry can fix: the job goes straight to jobs_dead. */
+export class FatalJobError extends Error {
+  readonly fatal = true
+  constructor (message: string) { super(message); this.name = 'FatalJobError' }
+}
