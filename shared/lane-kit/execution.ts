@@ -5,6 +5,7 @@
 // pool gets its slot back at once instead of after the query would have ended.
 import type pg from 'pg'
 import { PoolReplaced } from '../db/pool.ts'
+import { inTransaction } from '../db/transaction.ts'
 
 export interface ExecutionDb {
   /** A named query (`{ name, text }`) is parsed once per connection and reused. */
@@ -72,16 +73,6 @@ export function executionDb (poolOf: pg.Pool | (() => pg.Pool), signal: AbortSig
 
   return {
     query: (text, values) => withClient(c => typeof text === 'string' ? c.query(text, values) : c.query({ ...text, values })),
-    tx: fn => withClient(async c => {
-      await c.query('begin')
-      try {
-        const out = await fn(c)
-        await c.query('commit')
-        return out
-      } catch (err) {
-        if (!signal.aborted) await c.query('rollback').catch(() => {})
-        throw err
-      }
-    }),
+    tx: fn => withClient(c => inTransaction(c, fn, { skipRollback: () => signal.aborted })),
   }
 }

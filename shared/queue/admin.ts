@@ -2,15 +2,14 @@
 // of every worker: the claim re-reads the queue row under its lock. Changes
 // also NOTIFY so idle workers look at once.
 import type pg from 'pg'
+import { rollback, withTransaction } from '../db/transaction.ts'
 import type { Db, QueueRow } from './types.ts'
 
 export interface QueuePatch { maxWorkers?: number | null, paused?: boolean, active?: boolean, zombieTimeoutSeconds?: number }
 
 /** Apply a patch; deactivating also releases fetched-but-not-started jobs back to pending. Returns the new row, or undefined for an unknown queue. */
 export async function updateQueue (pool: pg.Pool, name: string, patch: QueuePatch): Promise<QueueRow | undefined> {
-  const c = await pool.connect()
-  try {
-    await c.query('begin')
+  return withTransaction(pool, async c => {
     const { rows } = await c.query<QueueRow>(
       `update jobs.queues set
          max_workers = case when $2 then $3::int else max_workers end,
@@ -20,20 +19,14 @@ export async function updateQueue (pool: pg.Pool, name: string, patch: QueuePatc
          updated_at = now()
        where name = $1 returning *`,
       [name, patch.maxWorkers !== undefined, patch.maxWorkers ?? null, patch.paused ?? null, patch.active ?? null, patch.zombieTimeoutSeconds ?? null])
-    if (!rows[0]) { await c.query('rollback'); return undefined }
+    if (!rows[0]) return rollback(undefined)
     if (patch.active === false) {
       await c.query(`update jobs.jobs_hot set status = 'pending', lease = null, worker_id = null, fetched_at = null
                       where queue = $1 and status = 'fetched'`, [name])
     }
     await c.query("select pg_notify('jobs_control', $1)", [name])
-    await c.query('commit')
     return rows[0]
-  } catch (err) {
-    await c.query('rollback').catch(() => {})
-    throw err
-  } finally {
-    c.release()
-  }
+  })
 }
 
 export interface QueueStats {

@@ -2,6 +2,7 @@
 // fraud role (fraud_ds). Idempotent: the row is locked and scored only while it
 // is still queued, so a rescued zombie that runs again changes nothing.
 import { FatalJobError, JOB_NAMES, type JobType } from '../../../shared/queue/job-types.ts'
+import { withTransaction } from '../../../shared/db/transaction.ts'
 import { cardHistory } from '../history.ts'
 import { score, weightsFromEnv } from '../scoring.ts'
 
@@ -12,26 +13,20 @@ export function jobTypes (): JobType[] {
   lane: 'fraud',
   idempotent: true,
   async run (payload, ctx) {
-    const c = await ctx.db!.connect()
-    try {
-      await c.query('begin')
+    return withTransaction(ctx.db!, async c => {
       const { rows } = await c.query<{ id: string, card_token: string, amount: string, ip_country: string | null, billing_country: string | null, status: string }>(
         'select id, card_token, amount, ip_country, billing_country, status from fraud.screenings where id = $1 for update', [payload.screeningId])
       const s = rows[0]
       if (!s) throw new FatalJobError(`screening ${String(payload.screeningId)} does not exist`)
-      if (s.status === 'final') { await c.query('commit'); return { already: true } }
+      if (s.status === 'final') return { already: true }
       const h = await cardHistory(c, s.card_token, weights, s.id)
       const result = score({ amount: Number(s.amount), ipCountry: s.ip_country ?? undefined, billingCountry: s.billing_country ?? undefined, ...h }, weights)
       // `response` keeps the first answer (the 202) for idempotent replays; GET shows the result.
       await c.query(
         `update fraud.screenings set status = 'final', score = $2, decision = $3, reasons = $4, scored_at = now()
           where id = $1 and status = 'queued'`, [s.id, result.score, result.decision, JSON.stringify(result.reasons)])
-      await c.query('commit')
       return { score: result.score, decision: result.decision }
-    } catch (err) {
-      await c.query('rollback').catch(() => {})
-      throw err
-    } finally { c.release() }
+    })
   },
 }]
 }
