@@ -53,8 +53,9 @@ for (const lane of LANE_NAMES) {
   types.push(...((await import(file)) as { jobTypes: () => JobType[] }).jobTypes())
   // The lane's jobs run with the lane's own role, on the share of its CONNECTION
   // LIMIT reserved for the worker, so async work cannot exceed the lane's budget.
-  const url = process.env[`${envPrefix(lane)}DATABASE_URL`]
-  if (!url) { console.error(`worker: ${envPrefix(lane)}DATABASE_URL (the ${lane} role) is required for ${lane} jobs`); process.exit(2) }
+  const urlVar = `${envPrefix(lane)}DATABASE_URL`
+  const url = (loadConfig(Type.Object({ [urlVar]: Type.Optional(Type.String({ minLength: 1 })) }), process.env) as Record<string, string | undefined>)[urlVar]
+  if (!url) { console.error(`worker: ${urlVar} (the ${lane} role) is required for ${lane} jobs`); process.exit(2) }
   const limits = laneLimits(lane)
   lanePools[lane] = createRolePool(url, { max: Math.max(1, limits.db.workerPoolMax), applicationName: `watertight-worker-${lane}`, leakDetectionMs: limits.db.leakDetectionMs })
   await assertRole(lanePools[lane]!, limits.db.role)

@@ -3,7 +3,9 @@
 // lane's own role (tax_ds), at most MaxWorkers (3) at once fleet-wide, so the
 // backlog after a brownout cannot re-overload the provider. Idempotent: it only
 // fills reconciled_* once.
+import { Type } from 'typebox'
 import type { Pool } from 'undici'
+import { loadConfig } from '../../../shared/config.ts'
 import { createOriginPool } from '../../../shared/lane-kit/http.ts'
 import { FatalJobError, JOB_NAMES, type JobType } from '../../../shared/queue/job-types.ts'
 import { ProviderError, quoteFromProvider } from '../provider.ts'
@@ -11,7 +13,8 @@ import { ProviderError, quoteFromProvider } from '../provider.ts'
 /** The job types, with a provider client of their own per worker (3 sockets: MaxWorkers of tax-reconcile). */
 export function jobTypes (): JobType[] {
   // A Pool opens no socket until the first job uses it.
-  const provider: Pool = createOriginPool(process.env.TAX_PROVIDER_URL ?? 'http://127.0.0.1:8190', { connections: 3, timeoutMs: 5_000 })
+  const cfg = loadConfig(Type.Object({ TAX_PROVIDER_URL: Type.String({ default: 'http://127.0.0.1:8190', pattern: '^https?://' }) }), process.env)
+  const provider: Pool = createOriginPool(cfg.TAX_PROVIDER_URL, { connections: 3, timeoutMs: 5_000 })
   return [{
   type: JOB_NAMES.taxReconcile,
   lane: 'tax',
