@@ -31,6 +31,9 @@ export interface Row {
   /** Restarts of the process running tax code seen in the row (sampled every 0.5 s, so a quicker one can be missed). */
   taxRestarts: number
   eventLoop: { p99Ms: number | null, maxMs: number | null }
+  /** For the JSON only: tax answers in the recovery window, and each second of the row (from its baseline's start). */
+  taxAfter: Record<string, number>
+  perSecond: Array<{ s: number, cardP99Ms: number | null, cardNot201: number, taxNotProvider: number }>
 }
 
 interface Answer { at: number, us: number, code: string }
@@ -160,5 +163,10 @@ function row (topology: Topology, fault: FaultName, m: { from: number, on: numbe
     peakRssMb: Math.round(peak.rss / 1e5) / 10, processes: peak.processes,
     taxRestarts: Math.max(pids.size - 1, restarts.filter(t => t >= m.from && t < m.to).length),
     eventLoop: { p99Ms: mx(loop.map(x => x.loopP99)), maxMs: mx(loop.map(x => x.loopMax)) },
+    taxAfter: count(within(taxes, m.off, m.to)),
+    perSecond: Array.from({ length: Math.floor((m.to - m.from) / 1000) }, (_x, i) => {
+      const c = within(cards, m.from + i * 1000, m.from + (i + 1) * 1000)
+      return { s: i, cardP99Ms: c.length ? hist(c).p99Ms : null, cardNot201: c.filter(x => x.code !== '201').length, taxNotProvider: within(taxes, m.from + i * 1000, m.from + (i + 1) * 1000).filter(x => x.code !== '200 provider').length }
+    }),
   }
 }
