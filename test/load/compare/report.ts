@@ -12,13 +12,13 @@ const answers = (o: Record<string, number>): string => Object.entries(o).sort((x
 
 export function renderDoc (s: Stamp, P: DocParams, faults: FaultName[], rows: Row[]): string {
   const sla = (r: Row): string => r.card.count > 0 && r.card.p99Ms <= P.slaMs && r.card.errorRate === 0 ? 'holds' : '**fails**'
-  const secs = (x: number | null): string => x === null ? `> ${P.recoveryS - 3} s` : `${x} s`
+  const secs = (x: number | null, f: FaultName): string => x === null ? `> ${(f === 'crash' ? P.faultS : 0) + P.recoveryS - 3} s` : `${x} s`
   const table = [
     `| fault | topology | card-auth p50 / p99 / max in the fault (ms) | card-auth errors | SLA (p99 ≤ ${P.slaMs} ms, 0 errors) | card answers other than 201 | recovered after: card / tax | peak RSS (Node processes) | tax-code restarts | event-loop delay p99 / max, card-auth's process (ms) | tax answers in the fault |`,
     '|---|---|---|---|---|---|---|---|---|---|---|',
     ...faults.flatMap(f => ['A', 'B', 'C'].flatMap(t => rows.filter(r => r.fault === f && r.topology === t)).map(r => {
       const other = Object.fromEntries(Object.entries(r.card.answers).filter(([k]) => k !== '201'))
-      return `| ${f} | **${r.topology}** | ${fmt(r.card.p50Ms)} / ${fmt(r.card.p99Ms)} / ${fmt(r.card.maxMs)} | ${(r.card.errorRate * 100).toFixed(1)}% | ${sla(r)} | ${answers(other)} | ${secs(r.recoveredS.card)} / ${secs(r.recoveredS.tax)} | ${r.peakRssMb} MB (${r.processes}) | ${r.taxRestarts} | ${r.eventLoop.p99Ms ?? '–'} / ${r.eventLoop.maxMs ?? '–'} | ${answers(r.tax)} |`
+      return `| ${f} | **${r.topology}** | ${fmt(r.card.p50Ms)} / ${fmt(r.card.p99Ms)} / ${fmt(r.card.maxMs)} | ${(r.card.errorRate * 100).toFixed(1)}% | ${sla(r)} | ${answers(other)} | ${secs(r.recoveredS.card, r.fault)} / ${secs(r.recoveredS.tax, r.fault)} | ${r.peakRssMb} MB (${r.processes}) | ${r.taxRestarts} | ${r.eventLoop.p99Ms ?? '–'} / ${r.eventLoop.maxMs ?? '–'} | ${answers(r.tax)} |`
     })),
   ].join('\n')
   const baseline = faults.map(f => `${f}: ${rows.filter(r => r.fault === f).map(r => `${r.topology} ${fmt(r.baselineCardP99Ms)} ms`).join(', ')}`).join('; ')
