@@ -53,6 +53,10 @@ t.test('a recovery that lags its provider resets the pool, raises the alert, and
   // its idempotency record and given its connection back).
   for (let i = 0; i < 15; i++) record(quote())
   t.ok(await eventually(async () => { const s = await status(); return s.active === 15 && s.pool.idle === s.pool.total && s.pool.total === s.pool.max }, 10_000, 20), 'every permit waits on the provider, no connection is held, none was closed')
+  // Each of them reached the hung provider (a request still on its way when the
+  // provider heals would be answered, and the provider would never have failed).
+  const hung = async () => Number(/^sandbox_quotes_total\{[^}]*mode="hang"[^}]*\} (\S+)$/m.exec((await call(sandbox.url + '/metrics')).body)?.[1] ?? 0)
+  t.ok(await eventually(async () => await hung() >= 15, 10_000, 20), 'the provider holds all 15 calls')
   t.ok(proxy.freeze() > 0, 'the lane\'s connections to PostgreSQL are black-holed')
   // The provider heals; the quotes waiting on it miss their 1 s quote deadline and
   // go to write a compensated quote: on the frozen connections, until their 6 s deadline.

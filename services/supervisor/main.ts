@@ -21,6 +21,11 @@ import { buildFleet, fleetEntry } from './build.ts'
 import { SupervisedChild, waitHealthy, type ChildSpec } from './child.ts'
 import { describeConflicts, portConflicts } from './ports.ts'
 
+const workerLanes = LANE_NAMES.filter(n => LANE_QUEUES[n].length > 0)
+const childNames = ['tax-sandbox', ...LANE_NAMES, ...workerLanes.map(l => `worker-${l}`), 'gateway', 'deck']
+/** FLEET_NODE_ARGS_TAX, FLEET_NODE_ARGS_WORKER_FRAUD, …: flags for one child only. */
+const nodeArgsVar = (child: string): string => `FLEET_NODE_ARGS_${child.toUpperCase().replaceAll('-', '_')}`
+
 const cfg = loadConfig(Type.Object({
   DATA_DIR: Type.String({ default: '.data' }),
   DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })),
@@ -36,7 +41,10 @@ const cfg = loadConfig(Type.Object({
   FLEET_NODE_ARGS: Type.String({ default: '', description: 'node flags for every child, e.g. --cpu-prof --cpu-prof-dir=/tmp/prof (flags NODE_OPTIONS does not allow)' }),
   FLEET_PREBUILT: Type.Boolean({ default: false, description: 'use FLEET_DIST as it is (tests build it once for the run)' }),
   LOG_FORMAT: Type.Optional(Type.Union(LOG_FORMATS.map(f => Type.Literal(f)), { description: 'the children\'s log format; unset: pretty when stdout is a terminal, else json' })),
+  // A benchmark's fault preload and heap limit on the tax lane alone (npm run bench:compare).
+  ...Object.fromEntries(childNames.map(c => [nodeArgsVar(c), Type.String({ default: '', description: `node flags for the ${c} child only, after FLEET_NODE_ARGS` })])),
 }), process.env)
+const nodeArgs = (child: string): string[] => [cfg.FLEET_NODE_ARGS, (cfg as Record<string, unknown>)[nodeArgsVar(child)] as string].flatMap(s => s.split(' ').filter(Boolean))
 // Decided once, here: children inherit this terminal, so each would see a TTY
 // of its own. Pretty lines for a person at a terminal, JSON lines otherwise
 // (a pipe, a file, a test); LOG_FORMAT set by hand wins. Children inherit it
@@ -68,7 +76,6 @@ async function fail (message: string): Promise<never> {
 }
 
 const laneUrl = Object.fromEntries(LANE_NAMES.map(n => [n, laneUrlOf(laneLimits(n))]))
-const workerLanes = LANE_NAMES.filter(n => LANE_QUEUES[n].length > 0)
 const conflicts = await portConflicts([
   ...(cfg.DATABASE_URL ? [] : [{ name: 'embedded PostgreSQL', host: '127.0.0.1', port: cfg.PG_PORT }]),
   { name: 'tax-sandbox', host: '127.0.0.1', port: cfg.TAX_SANDBOX_PORT },
@@ -146,7 +153,7 @@ const specs: Array<Omit<ChildSpec, 'argv'> & { process: string }> = [
     nice: niceOf('deck'),
   },
 ]
-for (const { process: name, ...s } of specs) children.push(new SupervisedChild({ ...s, argv: [...cfg.FLEET_NODE_ARGS.split(' ').filter(Boolean), entry, name], env: { ...s.env, ...(cfg.QUIET ? { LOG_LEVEL: 'error' } : {}) } }, say))
+for (const { process: name, ...s } of specs) children.push(new SupervisedChild({ ...s, argv: [...nodeArgs(s.name), entry, name], env: { ...s.env, ...(cfg.QUIET ? { LOG_LEVEL: 'error' } : {}) } }, say))
 
 try {
   // The sandbox first: the tax compensation table is certified against it before the lanes start.

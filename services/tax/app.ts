@@ -1,6 +1,6 @@
 import type { FastifyServerOptions } from 'fastify'
 import type { LaneLimits } from '../../shared/lanes.ts'
-import { buildLaneApp, type BuildLaneOptions } from '../../shared/lane-kit/build-lane-app.ts'
+import { buildLaneApp } from '../../shared/lane-kit/build-lane-app.ts'
 import { createUpstreamPool } from '../../shared/lane-kit/http.ts'
 import { taxRoutes } from './routes.ts'
 import { compensationSource } from './compensation/certificate.ts'
@@ -14,7 +14,6 @@ export interface TaxConfig {
   quoteDeadlineMs: number
   compensation: { tableFile: string, certificateFile: string, maxAgeMs: number }
   logger?: FastifyServerOptions['logger']
-  topology?: BuildLaneOptions['topology']
 }
 
 export async function buildApp (cfg: TaxConfig) {

@@ -37,12 +37,6 @@ export interface BuildLaneOptions {
   routes: (app: FastifyInstance, kit: LaneKit) => void | Promise<void>
   /** How often the DB health check runs (ms). */
   healthCheckIntervalMs?: number
-  /**
-   * The alternatives the fleet is measured against (npm run bench:compare): lanes
-   * in one process sharing one pool, and/or one admission bulkhead. The fleet
-   * never passes this; a shared pool is then owned (and ended) by the caller.
-   */
-  topology?: { pool?: pg.Pool, bulkhead?: Bulkhead }
 }
 
 export type LaneAppConfig = Omit<BuildLaneOptions, 'routes' | 'healthCheckIntervalMs'>
@@ -52,26 +46,23 @@ export async function buildLaneApp (opts: BuildLaneOptions): Promise<{ app: Fast
   const app = createHttpApp({ logger: opts.logger })
   const registry = createRegistry(limits.lane)
   const leaks = countPoolLeaks(registry)
-  const shared = opts.topology?.pool
-  const pools = shared ? undefined : new ReplaceablePool(() => leaks(createLanePool(limits, opts.databaseUrl, app.log)))
-  const pool = (): pg.Pool => shared ?? pools!.current
+  const pools = new ReplaceablePool(() => leaks(createLanePool(limits, opts.databaseUrl, app.log)))
+  const pool = (): pg.Pool => pools.current
   const state = new LaneState({
     permits: limits.permits,
     queueCapacity: limits.queue,
     ...limits.state,
     onTransition: (from: LaneStateName, to: LaneStateName) => app.log.warn({ lane: limits.lane, from, to }, 'lane state changed'),
   })
-  const bulkhead = opts.topology?.bulkhead ?? new Bulkhead({ permits: limits.permits, queue: limits.queue, queueWaitMs: limits.queueWaitMs, onChange: (a, q) => state.observe(a, q) })
+  const bulkhead = new Bulkhead({ permits: limits.permits, queue: limits.queue, queueWaitMs: limits.queueWaitMs, onChange: (a, q) => state.observe(a, q) })
   const recovery = new RecoveryWatch({
     ...limits.recovery,
     active: () => bulkhead.active,
     onLag: lagMs => {
-      app.log.error({ alert: 'ALERT_BULKHEAD_RECOVERY_LAG', lane: limits.lane, lagMs: Math.round(lagMs), active: bulkhead.active, baseline: limits.recovery.baselineActive, poolReset: pools !== undefined },
+      app.log.error({ alert: 'ALERT_BULKHEAD_RECOVERY_LAG', lane: limits.lane, lagMs: Math.round(lagMs), active: bulkhead.active, baseline: limits.recovery.baselineActive, poolReset: true },
         `ALERT_BULKHEAD_RECOVERY_LAG: ${limits.lane} still holds ${bulkhead.active} permits ${Math.round(lagMs)} ms after its dependency came back; resetting its connection pool`)
-      if (pools) {
-        metrics.poolReset()
-        void pools.replace(limits.deadlineMs).then(ended => app.log.warn({ lane: limits.lane, backendsEnded: ended }, 'pool reset: the old pool\'s idle and stuck backends were ended'))
-      }
+      metrics.poolReset()
+      void pools.replace(limits.deadlineMs).then(ended => app.log.warn({ lane: limits.lane, backendsEnded: ended }, 'pool reset: the old pool\'s idle and stuck backends were ended'))
     },
   })
   const stateTimer = setInterval(() => { state.tick(); recovery.tick() }, 250)
@@ -95,7 +86,7 @@ export async function buildLaneApp (opts: BuildLaneOptions): Promise<{ app: Fast
   })
   app.addHook('onClose', async () => {
     clearInterval(stateTimer)
-    await pools?.end()
+    await pools.end()
   })
 
   const dbHealth = await registerPressure(app, kit, opts.healthCheckIntervalMs ?? 2_000)

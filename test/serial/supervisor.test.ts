@@ -19,7 +19,7 @@ t.teardown(() => fs.rmSync(dataDir, { recursive: true, force: true }))
 const ports = { GATEWAY_PORT: await freePort(), TAX_SANDBOX_PORT: await freePort(), WORKER_PORT: await freePort(), CARD_AUTH_PORT: await freePort(), FRAUD_PORT: await freePort(), TAX_PORT: await freePort(), DECK_PORT: await freePort() }
 const sup = spawn(process.execPath, ['--import', 'tsx', 'services/supervisor/main.ts'], {
   cwd: ROOT,
-  env: { ...process.env, ...db.env, DATABASE_URL: db.superUrl, DATA_DIR: dataDir, FLEET_DIST: DIST_DIR, FLEET_PREBUILT: 'true', ...Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])) },
+  env: { ...process.env, ...db.env, DATABASE_URL: db.superUrl, DATA_DIR: dataDir, FLEET_DIST: DIST_DIR, FLEET_PREBUILT: 'true', FLEET_NODE_ARGS_TAX: '--max-old-space-size=200', ...Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])) },
   stdio: ['ignore', 'pipe', 'pipe'],
 })
 const lines: string[] = []
@@ -33,6 +33,9 @@ t.test('the fleet comes up with credentials, survives a killed lane, and stops c
   t.ok(up, `fleet is up\n${up ? '' : lines.filter(l => !l.startsWith('{')).slice(-30).join('\n')}`)
   const pids = Object.fromEntries([...up!.matchAll(/([a-z-]+)=(\d+)/g)].map(m => [m[1]!, Number(m[2])]))
   t.same(Object.keys(pids).sort(), ['card-auth', 'deck', 'fraud', 'gateway', 'tax', 'tax-sandbox', 'worker-fraud', 'worker-tax'])
+  // FLEET_NODE_ARGS_TAX reaches the tax lane's node, and no other child's.
+  const withArg = Object.entries(pids).filter(([, pid]) => fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').includes('--max-old-space-size=200')).map(([n]) => n)
+  t.same(withArg, ['tax'], 'per-child node flags go to that child only')
   // CPU priority by lane priority: when the fleet shares cores, P2 work yields to the P0 path.
   const nice = Object.fromEntries(Object.entries(pids).map(([n, pid]) => [n, os.getPriority(pid)]))
   t.same(nice, { 'tax-sandbox': 10, 'card-auth': 0, fraud: 5, tax: 10, 'worker-fraud': 5, 'worker-tax': 10, gateway: 0, deck: 5 }, 'CPU priorities: P0 0, P1 5, P2 10, deck 5, sandbox 10')

@@ -5,266 +5,100 @@
 //   B  one process, per-lane admission bulkheads, one shared pg pool of 60
 //   C  the fleet (npm start): a process, a pool and a role per lane
 //
-// Every topology gets the same load and the same brownout: open-loop card
-// authorizations and tax quotes through the gateway code; after a warm-up and a
-// baseline the tax sandbox answers in 8,000 ms, and the tax quote deadline is the
-// spec's 10 s socket timeout (MC-ST-01), so the slow calls are held as in
-// INC-4491. One PostgreSQL server (embedded) serves all three; it, the sandbox and
-// the system under test are pinned to cpu 0, the load generator to cpu 1.
+// and under several faults of the tax lane (--faults): a slow provider (the
+// sandbox answers in 8,000 ms, with the tax quote deadline at the spec's 10 s
+// socket timeout, as in INC-4491), and faults in the tax lane's own code — cpu,
+// loop-block, memory, crash — put there by a preload (test/load/faults/) on the
+// process that runs tax code, the same way in every topology, together with a
+// heap limit (--tax-heap-mb). A monolith that dies is restarted by this bench
+// (nothing else would); the fleet's tax lane by its supervisor.
 //
-// Prints, per topology, card-auth p50/p99/max during the fault, the error rate
-// (card authorizations not answered 201, client timeout 5 s), the peak RSS of the
-// system's Node processes and the event-loop delay of the process serving
-// card-auth; writes the table to docs/bench-compare.md and the raw figures to
-// test-artifacts/bench-compare.json.
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+// Every topology gets the same open-loop card and tax load through the gateway
+// code. One PostgreSQL server (embedded) serves all three; it, the sandbox and
+// the system under test are pinned to cpu 0, the load generator to cpu 1.
+// Prints one table (topology × fault), writes it to docs/bench-compare.md and
+// the raw figures to test-artifacts/bench-compare.json.
 import fs from 'node:fs'
 import path from 'node:path'
-import readline from 'node:readline'
 import { parseArgs } from 'node:util'
 import pg from 'pg'
-import { Pool, errors } from 'undici'
-import { loadCardToken, seedLoadCards } from '../../../services/card-auth/seed.ts'
-import { waitHealthy } from '../../../services/supervisor/child.ts'
+import { seedLoadCards } from '../../../services/card-auth/seed.ts'
 import { bootstrapDatabase, localSecrets } from '../../../shared/db/bootstrap.ts'
-import { newHistogram, runOpenLoop, summary } from '../open-loop.ts'
-import { hasTaskset, pinSelf, startLocalFleet } from '../local-fleet.ts'
-import { gatewayPost, gitCommit, machine as machineLine, numberFlag, sleep } from '../run-info.ts'
+import { pinSelf } from '../local-fleet.ts'
+import { gitCommit, machine as machineLine, numberFlag, sleep } from '../run-info.ts'
+import { compilePreload, FaultSwitch, taxNodeArgs } from '../faults/control.ts'
+import { FAULTS, parseFaults, type FaultName } from '../faults/spec.ts'
+import { measure, type FaultHook, type Row } from './measure.ts'
+import { renderDoc } from './report.ts'
+import { dataDirOf, DESCRIBE, startFleet, startMonolith, startSandbox, type Common, type System, type Topology } from './systems.ts'
 
+const HELP = `npm run bench:compare -- [flags]
+  --faults LIST        ${FAULTS.join(',')} (default slow-provider)
+  --topologies LIST    A,B,C (default C,A,B; C runs first: it writes the API key and tax certificate)
+  --fault-seconds N    each fault's window (30); --baseline-seconds (10), --recovery-seconds (30), --warmup-seconds (20)
+  --card-rate, --tax-rate (100, 75 req/s); --tax-heap-mb (256): the heap limit of the process running tax code
+  --cpu-ms (20), --block-ms (500), --block-every-ms (3000), --retain-mb (4), --fault-latency-ms (8000)`
 const { values: a } = parseArgs({
   options: {
+    faults: { type: 'string', default: 'slow-provider' },
     'card-rate': { type: 'string', default: '100' },
     'tax-rate': { type: 'string', default: '75' },
     'warmup-seconds': { type: 'string', default: '20' },
     'baseline-seconds': { type: 'string', default: '10' },
     'fault-seconds': { type: 'string', default: '30' },
+    'recovery-seconds': { type: 'string', default: '30' },
     'fault-latency-ms': { type: 'string', default: '8000' },
     'tax-deadline-ms': { type: 'string', default: '10000' },
     'client-timeout-ms': { type: 'string', default: '5000' },
     'tax-client-timeout-ms': { type: 'string', default: '12000' },
+    'tax-heap-mb': { type: 'string', default: '256' },
+    'cpu-ms': { type: 'string', default: '20' },
+    'block-ms': { type: 'string', default: '500' },
+    'block-every-ms': { type: 'string', default: '3000' },
+    'retain-mb': { type: 'string', default: '4' },
+    'sla-ms': { type: 'string', default: '120' },
     topologies: { type: 'string', default: 'C,A,B' },
     'base-port': { type: 'string', default: '18480' },
     doc: { type: 'string', default: 'docs/bench-compare.md' },
+    help: { type: 'boolean', default: false },
   },
 })
-const N = (k: keyof typeof a): number => numberFlag(a, k)
-const P = { cardRate: N('card-rate'), taxRate: N('tax-rate'), warmupS: N('warmup-seconds'), baselineS: N('baseline-seconds'), faultS: N('fault-seconds'), faultLatencyMs: N('fault-latency-ms'), taxDeadlineMs: N('tax-deadline-ms'), clientTimeoutMs: N('client-timeout-ms'), taxClientTimeoutMs: N('tax-client-timeout-ms') }
-const topologies = a.topologies!.split(',').map(s => s.trim().toUpperCase()) as Array<'A' | 'B' | 'C'>
-if (!topologies.every(t => ['A', 'B', 'C'].includes(t))) { console.error('--topologies: A, B and/or C'); process.exit(2) }
+if (a.help) { console.log(HELP); process.exit(0) }
+const N = (k: keyof typeof a, min = 0): number => numberFlag(a, k, min)
+const P = {
+  cardRate: N('card-rate', 1), taxRate: N('tax-rate', 1), warmupS: N('warmup-seconds'), baselineS: N('baseline-seconds', 1), faultS: N('fault-seconds', 1), recoveryS: N('recovery-seconds', 3),
+  faultLatencyMs: N('fault-latency-ms'), taxDeadlineMs: N('tax-deadline-ms'), clientTimeoutMs: N('client-timeout-ms'), taxClientTimeoutMs: N('tax-client-timeout-ms'),
+  taxHeapMb: N('tax-heap-mb', 32), slaMs: N('sla-ms'),
+  fault: { cpuMs: N('cpu-ms'), blockMs: N('block-ms'), blockEveryMs: N('block-every-ms', 1), retainMb: N('retain-mb') },
+}
+const parsed = parseFaults(a.faults!)
+const topologies = a.topologies!.split(',').map(s => s.trim().toUpperCase()) as Topology[]
+if (!parsed || !topologies.every(t => ['A', 'B', 'C'].includes(t))) { console.error(HELP); process.exit(2) }
+const faults: FaultName[] = parsed
 const argv = process.argv.slice(2).join(' ')
 const command = `npm run bench:compare${argv ? ' -- ' + argv : ''}`
 const root = path.resolve(import.meta.dirname, '../../..')
-const base = N('base-port')
-const dataDir = path.resolve(root, '.data/bench-compare')
+const dataDir = dataDirOf(root)
 const SERVER_CPU = '0'
 
-const DESCRIBE = {
-  A: 'one process, one shared pool of 60, one admission limit of 500 in flight (deep queue behind it)',
-  B: 'one process, per-lane admission bulkheads (75/30/15), one shared pool of 60',
-  C: 'the fleet: gateway, each lane, workers and deck in their own processes, a pool and a DB role per lane',
-}
-
-/** RSS (bytes) of a process, from /proc; 0 when it is gone. */
-function rssOf (pid: number): number {
-  try { return Number(/VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0) * 1024 } catch { return 0 }
-}
-function childrenOf (pid: number): number[] {
-  const r = spawnSync('pgrep', ['-P', String(pid)], { encoding: 'utf8' })
-  return r.stdout.split('\n').filter(Boolean).map(Number)
-}
-const cmdline = (pid: number): string => { try { return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ') } catch { return '' } }
-
-function metric (text: string, name: string): number | null {
-  const m = new RegExp(`^${name}(?:\\{[^}]*\\})? ([0-9.eE+-]+)$`, 'm').exec(text)
-  return m ? Number(m[1]) : null
-}
-
-interface System { gatewayUrl: string, cardAuthUrl: string, pids (): number[], stop (): Promise<void> }
-
-function startSandbox (): Promise<{ url: string, stop (): Promise<void> }> {
-  const port = base + 50
-  const [cmd, args] = hasTaskset() ? ['taskset', ['-c', SERVER_CPU, process.execPath, '--import', 'tsx', 'services/tax-sandbox/main.ts']] : [process.execPath, ['--import', 'tsx', 'services/tax-sandbox/main.ts']]
-  const child = spawn(cmd as string, args as string[], { cwd: root, env: { ...process.env, TAX_SANDBOX_PORT: String(port), LOG_LEVEL: 'warn' }, stdio: ['ignore', 'ignore', 'inherit'] })
-  const url = `http://127.0.0.1:${port}`
-  return (async () => {
-    await waitHealthy(`${url}/health/live`, 20_000)
-    return { url, stop: () => stopChild(child) }
-  })()
-}
-
-function stopChild (child: ChildProcess): Promise<void> {
-  return new Promise(resolve => {
-    if (child.exitCode !== null || child.signalCode !== null) return resolve()
-    const kill = setTimeout(() => child.kill('SIGKILL'), 15_000)
-    child.once('exit', () => { clearTimeout(kill); resolve() })
-    child.kill('SIGTERM')
-  })
-}
-
-async function startMonolith (topology: 'A' | 'B', databaseUrl: string, sandboxUrl: string): Promise<System> {
-  const args = ['--import', 'tsx', 'test/load/compare/monolith.ts']
-  const [cmd, argv_] = hasTaskset() ? ['taskset', ['-c', SERVER_CPU, process.execPath, ...args]] : [process.execPath, args]
-  const child = spawn(cmd as string, argv_ as string[], {
-    cwd: root, stdio: ['ignore', 'pipe', 'inherit'],
-    env: { ...process.env, TOPOLOGY: topology, DATABASE_URL: databaseUrl, DATA_DIR: dataDir, GATEWAY_PORT: String(base + 40), TAX_PROVIDER_URL: sandboxUrl, TAX_QUOTE_DEADLINE_MS: String(P.taxDeadlineMs), LOG_LEVEL: 'error' },
-  })
-  const up = await new Promise<{ gatewayUrl: string, laneUrls: Record<string, string> }>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('monolith did not start')), 60_000)
-    readline.createInterface({ input: child.stdout! }).on('line', l => { try { const j = JSON.parse(l); if (j.up) { clearTimeout(timer); resolve(j) } } catch { /* a log line */ } })
-    child.once('exit', code => { clearTimeout(timer); reject(new Error(`monolith exited ${code}`)) })
-  })
-  // The process itself: `taskset` execs node, so the child's pid is the monolith's.
-  return { gatewayUrl: up.gatewayUrl, cardAuthUrl: up.laneUrls['card-auth']!, pids: () => [child.pid!], stop: () => stopChild(child) }
-}
-
-async function startFleet (databaseUrl: string): Promise<System & { apiKey: string, sandboxUrl: string }> {
-  const fleet = await startLocalFleet({
-    dataDir, basePort: base, cpus: SERVER_CPU,
-    env: { DATABASE_URL: databaseUrl, TAX_QUOTE_DEADLINE_MS: String(P.taxDeadlineMs), DECK_POLL_MS: '1000' },
-  })
-  const sup = fleet.pid
-  return {
-    gatewayUrl: fleet.gatewayUrl, cardAuthUrl: fleet.laneUrls['card-auth'], apiKey: fleet.apiKey, sandboxUrl: fleet.sandboxUrl,
-    // The fleet's own processes; the sandbox stands for the third party, PostgreSQL is shared by all topologies.
-    pids: () => [sup, ...childrenOf(sup).filter(p => cmdline(p).includes('node') && !cmdline(p).includes('tax-sandbox'))],
-    stop: fleet.stop,
-  }
-}
-
-interface Result {
-  topology: 'A' | 'B' | 'C'
-  describe: string
-  card: { p50Ms: number, p99Ms: number, maxMs: number, count: number, answers: Record<string, number>, errorRate: number, sentRate: number }
-  baselineCardP99Ms: number
-  tax: Record<string, number>
-  peakRssMb: number
-  processes: number
-  eventLoop: { p99Ms: number | null, maxMs: number | null }
-}
-
-async function measure (topology: 'A' | 'B' | 'C', sys: System, apiKey: string, setLatency: (ms: number) => Promise<void>): Promise<Result> {
-  const cardPool = new Pool(sys.gatewayUrl, { connections: Math.ceil(P.cardRate * P.clientTimeoutMs / 1000) + 32, headersTimeout: P.clientTimeoutMs, bodyTimeout: P.clientTimeoutMs })
-  const taxPool = new Pool(sys.gatewayUrl, { connections: Math.ceil(P.taxRate * P.taxClientTimeoutMs / 1000) + 32, headersTimeout: P.taxClientTimeoutMs, bodyTimeout: P.taxClientTimeoutMs })
-  const metricsPool = new Pool(sys.cardAuthUrl, { connections: 1 })
-  const run = `${topology}-${Date.now().toString(36)}`
-  let phase = 'warmup' as 'warmup' | 'baseline' | 'fault'
-  const h = { baseline: newHistogram(), fault: newHistogram() }
-  const cardAnswers: Record<string, number> = {}
-  const taxAnswers: Record<string, number> = {}
-  const codes = new Map<number, string>()
-  const card = async (i: number): Promise<number> => {
-    try {
-      const r = await gatewayPost(cardPool, apiKey, '/v1/authorizations', `cmp-${run}-${i}`, { merchantId: 'm_compare', cardToken: loadCardToken(i), amount: { value: 1, currency: 'EUR' } })
-      const j = await r.body.json().catch(() => ({})) as { code?: string }
-      codes.set(i, r.statusCode === 201 ? '201' : `${r.statusCode} ${j.code ?? ''}`.trim())
-      return r.statusCode
-    } catch (err) {
-      codes.set(i, err instanceof errors.HeadersTimeoutError || err instanceof errors.BodyTimeoutError ? 'client timeout' : `transport: ${(err as Error).message}`)
-      throw err
-    }
-  }
-  const tax = async (i: number): Promise<number> => {
-    let k: string
-    try {
-      const r = await gatewayPost(taxPool, apiKey, '/v1/tax/quotes', `cmpt-${run}-${i}`, { jurisdiction: ['US-CA', 'DE', 'FR'][i % 3], amount: { value: 10_000, currency: 'EUR' } })
-      const j = await r.body.json().catch(() => ({})) as { code?: string, source?: string }
-      k = r.statusCode === 200 ? `200 ${j.source ?? ''}`.trim() : `${r.statusCode} ${j.code ?? ''}`.trim()
-      if (phase === 'fault') taxAnswers[k] = (taxAnswers[k] ?? 0) + 1
-      return r.statusCode
-    } catch (err) {
-      k = err instanceof errors.HeadersTimeoutError ? 'client timeout' : 'transport error'
-      if (phase === 'fault') taxAnswers[k] = (taxAnswers[k] ?? 0) + 1
-      throw err
-    }
-  }
-  let faultFrom = Infinity
-  const onCard = (i: number, scheduled: number, us: number): void => {
-    const code = codes.get(i) ?? 'unknown'
-    codes.delete(i)
-    const inFault = scheduled >= faultFrom
-    if (inFault) { h.fault.recordValue(us); cardAnswers[code] = (cardAnswers[code] ?? 0) + 1 } else h.baseline.recordValue(us)
-  }
-  // RSS and event loop sampled through the whole measured run.
-  let peakRss = 0; let processes = 0
-  const loop = { p99: [] as number[], max: [] as number[] }
-  let sampling = true
-  const sampler = (async () => {
-    while (sampling) {
-      const pids = sys.pids()
-      const rss = pids.reduce((s, p) => s + rssOf(p), 0)
-      if (rss > peakRss) { peakRss = rss; processes = pids.length }
-      // prom-client resets its event-loop histogram at each scrape: scraping through the
-      // baseline too keeps start-up lag out of the first reading of the fault.
-      if (phase !== 'warmup') {
-        try {
-          const inFault = phase === 'fault'
-          const r = await metricsPool.request({ method: 'GET', path: '/metrics', signal: AbortSignal.timeout(2_000) })
-          const text = await r.body.text()
-          const p99 = metric(text, 'nodejs_eventloop_lag_p99_seconds'); const max = metric(text, 'nodejs_eventloop_lag_max_seconds')
-          if (inFault && p99 !== null) loop.p99.push(p99 * 1000)
-          if (inFault && max !== null) loop.max.push(max * 1000)
-        } catch { /* a process too busy to answer in 2 s: its lag shows in the next scrape */ }
-      }
-      await sleep(1_000)
-    }
-  })()
-
-  // Warm-up, not recorded: half at a gentle rate (a cold system: JIT, pools), half at the full rates.
-  const warmRate = { card: Math.min(P.cardRate, 100), tax: Math.min(P.taxRate, 20) }
-  let w = 1e9
-  for (const [cr, tr] of [[warmRate.card, warmRate.tax], [P.cardRate, P.taxRate]] as const) {
-    await Promise.all([
-      runOpenLoop({ rate: cr, durationMs: P.warmupS * 500, send: () => card(w++).catch(() => 0) }),
-      runOpenLoop({ rate: tr, durationMs: P.warmupS * 500, send: () => tax(w++).catch(() => 0) }),
-    ])
-  }
-  codes.clear()
-  phase = 'baseline'
-  const total = P.baselineS + P.faultS
-  const started = performance.now()
-  const timeline = (async () => {
-    await sleep(P.baselineS * 1000)
-    await setLatency(P.faultLatencyMs)
-    faultFrom = performance.now(); phase = 'fault'
-    console.log(`  ${topology}: fault on at ${((faultFrom - started) / 1000).toFixed(1)} s`)
-  })()
-  const [c] = await Promise.all([
-    runOpenLoop({ rate: P.cardRate, durationMs: total * 1000, send: card, onResult: onCard }),
-    runOpenLoop({ rate: P.taxRate, durationMs: total * 1000, send: tax }),
-    timeline,
-  ])
-  sampling = false
-  await sampler
-  await setLatency(0)
-  await Promise.allSettled([cardPool.destroy(), taxPool.destroy(), metricsPool.destroy()])
-  const s = summary(h.fault)
-  const ok = cardAnswers['201'] ?? 0
-  const mx = (xs: number[]): number | null => xs.length ? Math.round(Math.max(...xs) * 10) / 10 : null
-  return {
-    topology, describe: DESCRIBE[topology],
-    card: { ...s, answers: cardAnswers, errorRate: s.count ? 1 - ok / s.count : 1, sentRate: c.sentRate },
-    baselineCardP99Ms: summary(h.baseline).p99Ms,
-    tax: taxAnswers,
-    peakRssMb: Math.round(peakRss / 1e5) / 10,
-    processes,
-    eventLoop: { p99Ms: mx(loop.p99), maxMs: mx(loop.max) },
-  }
-}
-
 async function main (): Promise<void> {
+  const commit = gitCommit(root) // the code measured: taken before anything runs
   fs.mkdirSync(dataDir, { recursive: true })
+  const preload = compilePreload(dataDir)
+  const faultSwitch = new FaultSwitch(path.join(dataDir, 'tax-fault.json'), P.fault)
+  const common: Common = { root, dataDir, basePort: N('base-port', 1024), cpus: SERVER_CPU, taxNodeArgs: taxNodeArgs(preload, P.taxHeapMb), faultEnv: faultSwitch.env }
   // PostgreSQL, shared by all three topologies, on the system's cpu: started while
   // this process is pinned there, so the server inherits that pinning.
   const pinnedServer = pinSelf(SERVER_CPU)
   const secrets = localSecrets(dataDir)
-  const db = await bootstrapDatabase({ dataDir, port: base + 49, database: 'watertight', secrets, log: m => console.log(`  ${m}`) })
+  const db = await bootstrapDatabase({ dataDir, port: common.basePort + 49, database: 'watertight', secrets, log: m => console.log(`  ${m}`) })
   const pinned = pinnedServer && pinSelf('1')
   const admin = new pg.Client({ connectionString: db.superUrl })
   await admin.connect()
   await seedLoadCards(admin, 1_000)
-  const results: Result[] = []
+  const rows: Row[] = []
+  const env = { DATABASE_URL: db.superUrl, TAX_QUOTE_DEADLINE_MS: String(P.taxDeadlineMs) }
   try {
-    // The fleet first: its supervisor writes the API key and the tax certificate the monolith reuses.
     const order = topologies.includes('C') ? ['C' as const, ...topologies.filter(t => t !== 'C')] : topologies
     let apiKey: string | undefined
     let sandbox: { url: string, stop (): Promise<void> } | undefined
@@ -272,25 +106,31 @@ async function main (): Promise<void> {
       console.log(`topology ${t}: ${DESCRIBE[t]}`)
       let sys: System
       let sandboxUrl: string
+      faultSwitch.set('none')
       if (t === 'C') {
-        const f = await startFleet(db.superUrl)
+        const f = await startFleet(common, env)
         sys = f; apiKey = f.apiKey; sandboxUrl = f.sandboxUrl
       } else {
-        if (!apiKey) apiKey = JSON.parse(fs.readFileSync(path.join(dataDir, 'credentials.json'), 'utf8')).apiKey as string
-        sandbox ??= await startSandbox()
+        apiKey ??= JSON.parse(fs.readFileSync(path.join(dataDir, 'credentials.json'), 'utf8')).apiKey as string
+        sandbox ??= await startSandbox(common)
         sandboxUrl = sandbox.url
-        sys = await startMonolith(t, db.superUrl, sandboxUrl)
+        sys = await startMonolith(common, t, { ...env, DATA_DIR: dataDir, TAX_PROVIDER_URL: sandboxUrl })
       }
       const setLatency = async (ms: number): Promise<void> => {
         const r = await fetch(`${sandboxUrl}/faults`, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ latencyMs: ms }) })
         if (!r.ok) throw new Error(`sandbox faults: ${r.status}`)
       }
+      const hook: FaultHook = async (f, on) => {
+        if (f === 'slow-provider') await setLatency(on ? P.faultLatencyMs : 0)
+        else faultSwitch.set(on ? f : 'none')
+      }
       try {
         await setLatency(0)
-        const r = await measure(t, sys, apiKey!, setLatency)
-        results.push(r)
-        console.log(`  ${t}: card p99 ${r.card.p99Ms.toFixed(1)} ms, errors ${(r.card.errorRate * 100).toFixed(1)}%, peak RSS ${r.peakRssMb} MB, loop max ${r.eventLoop.maxMs} ms`)
+        const r = await measure(t, sys, apiKey!, faults, P, hook)
+        rows.push(...r)
+        for (const x of r) console.log(`  ${t} ${x.fault}: card p99 ${x.card.p99Ms.toFixed(1)} ms, errors ${(x.card.errorRate * 100).toFixed(1)}%, recovered card ${x.recoveredS.card ?? '–'} s / tax ${x.recoveredS.tax ?? '–'} s, peak RSS ${x.peakRssMb} MB`)
       } finally {
+        faultSwitch.set('none')
         await sys.stop()
       }
       await sleep(3_000)
@@ -301,41 +141,13 @@ async function main (): Promise<void> {
     await db.embedded?.stop()
   }
 
-  const commit = gitCommit(root)
-  const date = new Date().toISOString()
-  const machine = machineLine({ kernel: true })
-  const placement = pinned ? 'system under test, the sandbox and PostgreSQL pinned to cpu 0; load generator to cpu 1' : 'not pinned (no taskset)'
-  const fmt = (x: number): string => x >= 100 ? x.toFixed(0) : x.toFixed(1)
-  const sorted = ['A', 'B', 'C'].flatMap(t => results.filter(r => r.topology === t))
-  const table = [
-    '| topology | card-auth p50 / p99 / max during the fault (ms) | card-auth error rate | card answers | peak RSS (Node processes) | event-loop delay p99 / max, card-auth\'s process (ms) | tax answers during the fault |',
-    '|---|---|---|---|---|---|---|',
-    ...sorted.map(r => `| **${r.topology}** ${r.describe} | ${fmt(r.card.p50Ms)} / ${fmt(r.card.p99Ms)} / ${fmt(r.card.maxMs)} | ${(r.card.errorRate * 100).toFixed(1)}% | ${Object.entries(r.card.answers).map(([k, v]) => `${k}: ${v}`).join(', ')} | ${r.peakRssMb} MB (${r.processes}) | ${r.eventLoop.p99Ms ?? '–'} / ${r.eventLoop.maxMs ?? '–'} | ${Object.entries(r.tax).map(([k, v]) => `${k}: ${v}`).join(', ')} |`),
-  ].join('\n')
-  const doc = `# Bulkhead comparison, measured (npm run bench:compare)
-
-Generated by \`${command}\` on ${date}, commit \`${commit}\`.
-Machine: ${machine}; ${placement}.
-
-Load, the same for every topology: ${P.cardRate} card authorizations/s and ${P.taxRate} tax quotes/s, open loop
-through the gateway's code (latency from each request's scheduled send time, HDR histograms; card client timeout
-${P.clientTimeoutMs} ms, counted as an error; the checkout waits up to ${P.taxClientTimeoutMs} ms for tax, as in INC-4491, since a client that
-gives up sooner frees the lane's permit). ${P.warmupS} s warm-up, not recorded (half at up to 100 card and 20 tax req/s, half at the full rates), ${P.baselineS} s baseline, then ${P.faultS} s with the tax
-sandbox answering in ${P.faultLatencyMs} ms and the tax quote deadline at ${P.taxDeadlineMs} ms (the spec's socket timeout, so
-slow calls are held as in INC-4491; the fleet's default deadline is 2,000 ms). One PostgreSQL server for all.
-The error rate is the share of card authorizations scheduled during the fault not answered 201.
-RSS is the sum over the system's Node processes (the sandbox, which stands for the third party, and
-PostgreSQL are not counted); for C that is the supervisor, gateway, three lanes, two workers and the deck.
-
-${table}
-
-Baseline card-auth p99 before the fault: ${sorted.map(r => `${r.topology} ${fmt(r.baselineCardP99Ms)} ms`).join(', ')}.
-`
+  const stamp = { command, date: new Date().toISOString(), commit, machine: machineLine({ kernel: true }), placement: pinned ? 'system under test, the sandbox and PostgreSQL pinned to cpu 0; load generator to cpu 1' : 'not pinned (no taskset)' }
+  const doc = renderDoc(stamp, P, faults, rows)
   const docPath = path.resolve(root, a.doc!)
   fs.mkdirSync(path.dirname(docPath), { recursive: true })
   fs.writeFileSync(docPath, doc)
   fs.mkdirSync(path.join(root, 'test-artifacts'), { recursive: true })
-  fs.writeFileSync(path.join(root, 'test-artifacts/bench-compare.json'), JSON.stringify({ command, date, commit, machine, placement, params: P, results }, null, 2))
+  fs.writeFileSync(path.join(root, 'test-artifacts/bench-compare.json'), JSON.stringify({ ...stamp, params: P, rows }, null, 2))
   console.log('\n' + doc)
   console.log(`written: ${path.relative(root, docPath)}, test-artifacts/bench-compare.json`)
 }

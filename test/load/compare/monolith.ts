@@ -9,6 +9,9 @@
 //   TOPOLOGY=B  each lane's own admission bulkhead from the lane table
 //               (75/30/15 permits, queues 10/5/0), but the pool still shared.
 //
+// Both are made here, around the lane apps as the fleet builds them: the lane
+// kit has no option for them.
+//
 // Only npm run bench:compare starts this. Env: DATABASE_URL, DATA_DIR (the
 // fleet's: API keys and the tax certificate), GATEWAY_PORT, TAX_PROVIDER_URL,
 // TAX_QUOTE_DEADLINE_MS. Prints one JSON line {"up":true,...} when listening.
@@ -32,7 +35,7 @@ const SHARED_POOL = Number(env.SHARED_POOL_MAX ?? 60)
 const CONCURRENCY = Number(env.MONOLITH_CONCURRENCY ?? 500)
 
 if (topology === 'A') {
-  // No per-lane limit anywhere: neither in the lanes nor in the gateway's per-lane caps.
+  // No per-lane limit of its own: neither in the lanes nor in the gateway's per-lane caps.
   for (const lane of LANE_NAMES) {
     env[`${envPrefix(lane)}PERMITS`] = String(CONCURRENCY)
     env[`${envPrefix(lane)}QUEUE`] = '10000'
@@ -44,24 +47,64 @@ if (topology === 'A') {
 for (const lane of LANE_NAMES) env[`${envPrefix(lane)}POOL_MAX`] = String(SHARED_POOL)
 const limits = Object.fromEntries(LANE_NAMES.map(n => [n, laneLimits(n)])) as Record<LaneName, LaneLimits>
 
+// One pool for every lane. The lanes make theirs with `new pg.Pool` (createLanePool,
+// application_name watertight-<lane>); here each of those is a view of this one:
+// the pool's own methods run on it, what a lane sets on its pool (the leak
+// detector's wrappers) stays on the view, and only the monolith ends it. The
+// rest of what the lane kit does with its pool runs as in the fleet.
 const pool = new pg.Pool({
   connectionString: env.DATABASE_URL, max: SHARED_POOL, idleTimeoutMillis: 0,
   connectionTimeoutMillis: limits['card-auth'].deadlineMs, statement_timeout: limits['card-auth'].db.statementTimeoutMs,
   application_name: `watertight-monolith-${topology}`,
 })
 pool.on('error', err => console.error(JSON.stringify({ level: 'error', msg: 'idle pg client error', err: String(err) })))
-const shared = topology === 'A' ? new Bulkhead({ permits: CONCURRENCY, queue: 10_000, queueWaitMs: 60_000 }) : undefined
-const topo = { pool, ...(shared ? { bulkhead: shared } : {}) }
+const OwnPool = pg.Pool
+const lanePool = new RegExp(`^watertight-(${LANE_NAMES.join('|')})$`)
+const view = (): pg.Pool => {
+  const own: Record<PropertyKey, unknown> = { end: async () => {} }
+  return new Proxy(pool, {
+    get: (p, k) => {
+      if (k in own) return own[k]
+      const v = Reflect.get(p, k) as unknown
+      return typeof v === 'function' ? v.bind(p) : v
+    },
+    set: (_p, k, v) => { own[k] = v; return true },
+  })
+}
+pg.Pool = function (o?: pg.PoolConfig) {
+  return lanePool.test(o?.application_name ?? '') ? view() : new OwnPool(o)
+} as unknown as typeof pg.Pool
 
 const logger = { level: env.LOG_LEVEL ?? 'warn' }
 const lanes = {
-  'card-auth': (await buildCardAuth({ limits: limits['card-auth'], databaseUrl: env.DATABASE_URL!, logger, topology: topo })).app,
-  fraud: (await buildFraud({ limits: limits.fraud, databaseUrl: env.DATABASE_URL!, logger, topology: topo })).app,
+  'card-auth': (await buildCardAuth({ limits: limits['card-auth'], databaseUrl: env.DATABASE_URL!, logger })).app,
+  fraud: (await buildFraud({ limits: limits.fraud, databaseUrl: env.DATABASE_URL!, logger })).app,
   tax: (await buildTax({
-    limits: limits.tax, databaseUrl: env.DATABASE_URL!, logger, topology: topo,
+    limits: limits.tax, databaseUrl: env.DATABASE_URL!, logger,
     providerUrl: env.TAX_PROVIDER_URL!, quoteDeadlineMs: Number(env.TAX_QUOTE_DEADLINE_MS ?? 2_000),
     compensation: { tableFile: DEFAULT_TABLE_FILE, certificateFile: path.join(dataDir, 'tax-certificate.json'), maxAgeMs: 168 * 3_600_000 },
   })).app,
+}
+// A: every lane's own bulkhead is 500 wide (above), and one admission limit of
+// 500 in flight is shared by all of them, taken before each handler and given
+// back when the answer is sent or the client is gone, as a thread pool would.
+if (topology === 'A') {
+  const shared = new Bulkhead({ permits: CONCURRENCY, queue: 10_000, queueWaitMs: 60_000 })
+  for (const app of Object.values(lanes)) {
+    app.addHook('preHandler', async (req, reply) => {
+      if (!req.routeOptions.url?.startsWith('/v1/')) return
+      const gone = new AbortController()
+      const onClose = (): void => { if (!reply.raw.writableFinished) gone.abort() }
+      reply.raw.once('close', onClose)
+      try {
+        const permit = await shared.acquire(gone.signal)
+        reply.raw.once('close', () => permit.release())
+      } catch {
+        reply.raw.off('close', onClose)
+        return reply.code(503).header('retry-after', '1').send({ code: 'ERR_LANE_OVERLOADED', status: 503, title: 'all 500 threads busy' })
+      }
+    })
+  }
 }
 const laneUrls = {} as Record<LaneName, string>
 for (const lane of LANE_NAMES) laneUrls[lane] = await lanes[lane].listen({ port: 0, host: '127.0.0.1' })

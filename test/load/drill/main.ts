@@ -14,6 +14,18 @@
 //   npm run drill                                  # spec figures, fleet started here
 //   npm run drill -- --card-rate 300 --fault-seconds 30
 //   npm run drill -- --gateway http://gw:8080 --deck http://127.0.0.1:9090   # API_KEY, ADMIN_TOKEN, DATABASE_URL from env
+//   npm run drill -- --fault cpu                   # a fault in the tax lane's own code (a fleet started here only)
+//
+// --fault slow-provider (default) is the sandbox's latency, set through the
+// deck, so it works against any fleet. cpu, loop-block, memory and crash are
+// put into the tax lane's own process by a preload (test/load/faults/) with a
+// heap limit (--tax-heap-mb), which only a fleet the drill starts itself can
+// carry: the deck has no admin route that loads code into, or kills, a lane's
+// process, so against --gateway/--deck only slow-provider is possible. For those
+// faults the tax lane's own answers (503 while it is down or overloaded) are
+// reported, not judged; card-auth's are judged as always, and the criteria
+// about tax shedding (SATURATED, shed timing, permits after) are replaced by
+// "the fault took effect".
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
@@ -26,7 +38,9 @@ import { DECK_ROLE, JOBS_ROLE, LANE_DEFAULTS, LANE_NAMES } from '../../../shared
 import { newHistogram, runOpenLoop, summary } from '../open-loop.ts'
 import { pinSelf, startLocalFleet, type LocalFleet } from '../local-fleet.ts'
 import { gatewayPost, gitCommit, machine as machineLine, numberFlag, sleep } from '../run-info.ts'
-import { evaluate, SPEC_THRESHOLDS, type DrillFigures } from './criteria.ts'
+import { evaluate, SPEC_THRESHOLDS, type Criterion, type DrillFigures } from './criteria.ts'
+import { compilePreload, FaultSwitch, taxNodeArgs } from '../faults/control.ts'
+import { describeFault, FAULTS, type FaultName } from '../faults/spec.ts'
 import { renderReport, type Chart } from './html-report.ts'
 
 const { values: a } = parseArgs({
@@ -43,6 +57,8 @@ const { values: a } = parseArgs({
     'fault-latency-ms': { type: 'string', default: '8000' },
     'normal-latency-ms': { type: 'string', default: '20' },
     'card-p99-ms': { type: 'string', default: String(SPEC_THRESHOLDS.cardP99Ms) },
+    fault: { type: 'string', default: 'slow-provider' },
+    'tax-heap-mb': { type: 'string', default: '256' },
     gateway: { type: 'string' },
     deck: { type: 'string' },
     out: { type: 'string', default: 'test-artifacts/drill' },
@@ -50,8 +66,21 @@ const { values: a } = parseArgs({
     'base-port': { type: 'string', default: '18380' },
     'fleet-cpus': { type: 'string', default: '0' },
     'generator-cpus': { type: 'string', default: '1' },
+    help: { type: 'boolean', default: false },
   },
 })
+if (a.help) {
+  console.log(`npm run drill -- [flags]   (every flag: test/load/drill/main.ts)
+  --fault F         slow-provider (default) | cpu | loop-block | memory | crash
+                    slow-provider: the tax sandbox answers in --fault-latency-ms (8000), set through the deck;
+                      the only fault possible against a fleet the drill did not start (--gateway/--deck).
+                    cpu, loop-block, memory, crash: in the tax lane's own process (a preload, heap limit
+                      --tax-heap-mb 256), so only on a fleet the drill starts itself; the deck has no admin
+                      that loads code into, or kills, a lane's process.
+  --card-rate, --tax-rate, --fault-seconds, --baseline-seconds, --recovery-seconds, --warmup-seconds
+  --gateway URL --deck URL   a running fleet (API_KEY, ADMIN_TOKEN, DATABASE_URL from env)`)
+  process.exit(0)
+}
 const num = (k: keyof typeof a, min: number, max: number): number => numberFlag(a, k, min, max)
 const P = {
   cardRate: num('card-rate', 1, 20_000), taxRate: num('tax-rate', 1, 5_000),
@@ -61,6 +90,13 @@ const P = {
   faultLatencyMs: num('fault-latency-ms', 0, 60_000), normalLatencyMs: num('normal-latency-ms', 0, 199),
   cardP99Ms: num('card-p99-ms', 0, 60_000),
 }
+const faultName = a.fault as FaultName
+if (!(FAULTS as readonly string[]).includes(faultName)) { console.error(`--fault: one of ${FAULTS.join(', ')}`); process.exit(2) }
+if (faultName !== 'slow-provider' && a.gateway) {
+  console.error(`--fault ${faultName} needs a fleet the drill starts itself: from outside (--gateway/--deck) only slow-provider is possible (the deck sets the sandbox's latency; it has no admin that loads code into, or kills, a lane's process)`)
+  process.exit(2)
+}
+const heapMb = num('tax-heap-mb', 32, 65_536)
 const argv = process.argv.slice(2).join(' ')
 const command = `npm run drill${argv ? ' -- ' + argv : ''}`
 const outDir = path.resolve(a.out!)
@@ -74,15 +110,19 @@ async function fleetUnderTest (): Promise<Target> {
     if (!a.deck || need.length) { console.error(`--gateway needs --deck and the env ${need.join(', ') || '(set)'}`); process.exit(2) }
     return { gatewayUrl: a.gateway, deckUrl: a.deck, apiKey: process.env.API_KEY!, adminToken: process.env.ADMIN_TOKEN!, databaseUrl: process.env.DATABASE_URL!, stop: async () => {}, pinned: undefined, pinnedProcesses: 0, own: false }
   }
+  // A fault in the tax lane's code: the preload and a heap limit on the tax lane alone.
+  const code = codeFault ? { ...codeFault.env, FLEET_NODE_ARGS_TAX: taxNodeArgs(compilePreload(path.resolve(a['data-dir']!)), heapMb).join(' ') } : {}
   const fleet: LocalFleet = await startLocalFleet({
     dataDir: a['data-dir']!, basePort: num('base-port', 1_024, 65_000), cpus: a['fleet-cpus'],
     // The deck polls every 250 ms: the recovery time is read from it.
-    env: { DECK_POLL_MS: '250', DECK_TARGET_TIMEOUT_MS: '200' },
+    env: { DECK_POLL_MS: '250', DECK_TARGET_TIMEOUT_MS: '200', ...code },
   })
   return { ...fleet, own: true }
 }
 
 const q = (h: hdr.Histogram) => summary(h)
+const codeFault = faultName === 'slow-provider' ? undefined : (fs.mkdirSync(path.resolve(a['data-dir']!), { recursive: true }), new FaultSwitch(path.resolve(a['data-dir']!, 'tax-fault.json')))
+const faultText = faultName === 'slow-provider' ? `tax sandbox at ${P.faultLatencyMs} ms` : describeFault(faultName, undefined, heapMb)
 
 async function main (): Promise<number> {
   const fleet = await fleetUnderTest()
@@ -102,6 +142,10 @@ async function main (): Promise<number> {
       return json
     }
     const setLatency = (ms: number) => admin('PUT', '/admin/faults/tax', { latencyMs: ms })
+    const setFault = async (on: boolean): Promise<void> => {
+      if (!codeFault) return void await setLatency(on ? P.faultLatencyMs : P.normalLatencyMs)
+      codeFault.set(on && faultName !== 'slow-provider' ? faultName : 'none')
+    }
     const post = (p: Pool, path_: string, key: string, body: unknown) => gatewayPost(p, fleet.apiKey, path_, key, body)
     const cardBody = (i: number) => ({ merchantId: 'm_drill', cardToken: loadCardToken(i), amount: { value: 1, currency: 'EUR' } })
     await setLatency(P.normalLatencyMs)
@@ -273,14 +317,14 @@ async function main (): Promise<number> {
     }
 
     // ---- run ------------------------------------------------------------------
-    console.log(`drill ${runId}: card ${P.cardRate}/s, tax ${P.taxRate}/s, ${P.stormClients} retrying clients; baseline ${B} s, fault ${F} s at ${P.faultLatencyMs} ms, recovery ${R} s`)
+    console.log(`drill ${runId}: card ${P.cardRate}/s, tax ${P.taxRate}/s, ${P.stormClients} retrying clients; baseline ${B} s, fault ${F} s (${faultText}), recovery ${R} s`)
     const faultMarks = { setAt: NaN, clearedAt: NaN, clearedWall: NaN }
     const fault = (async () => {
       await sleep(faultFrom * 1000 - (performance.now() - t0))
-      await setLatency(P.faultLatencyMs); faultMarks.setAt = at()
+      await setFault(true); faultMarks.setAt = at()
       console.log(`  fault on at ${faultMarks.setAt.toFixed(1)} s`)
       await sleep(faultTo * 1000 - (performance.now() - t0))
-      await setLatency(P.normalLatencyMs); faultMarks.clearedAt = at(); faultMarks.clearedWall = Date.now()
+      await setFault(false); faultMarks.clearedAt = at(); faultMarks.clearedWall = Date.now()
       console.log(`  fault off at ${faultMarks.clearedAt.toFixed(1)} s`)
     })()
     const [cardRun, taxRun] = await Promise.all([
@@ -361,7 +405,11 @@ async function main (): Promise<number> {
       ledger: { acknowledged: acknowledged.size, lost, doubled, phantom },
       connections,
     }
-    const criteria = evaluate(figures, { ...SPEC_THRESHOLDS, cardP99Ms: P.cardP99Ms })
+    const criteria = judged(evaluate(figures, { ...SPEC_THRESHOLDS, cardP99Ms: P.cardP99Ms }), {
+      degraded: taxSec.slice(Math.floor(faultFrom), Math.ceil(faultTo)).reduce((x, t) => x + t.err + t.shed + t.compensated, 0),
+      down: samples.filter(x => x.s >= faultFrom && x.s < faultTo + 1 && x.lanes.tax && !x.lanes.tax.up).length,
+      cardErrors, taxErrors, stormErrors,
+    })
     const pass = criteria.every(c => c.pass)
 
     const commit = gitCommit()
@@ -381,7 +429,7 @@ async function main (): Promise<number> {
     const report = {
       drill: 'MC-RT-01', runId, command, date: new Date(wall0).toISOString(), commit, machine, placement,
       load: { tool: 'test/load/open-loop.ts: open loop on undici, one scheduler per stream, latency from the scheduled send time into HDR histograms (hdr-histogram-js)', card: { rate: P.cardRate, sentRate: cardRun.sentRate, maxSendLagMs: cardRun.maxSendLagMs, scheduled: cardRun.scheduled }, tax: { rate: P.taxRate, sentRate: taxRun.sentRate, maxSendLagMs: taxRun.maxSendLagMs, scheduled: taxRun.scheduled }, retryingClient: { clients: P.stormClients, intervalMs: P.stormIntervalMs } },
-      fault: { latencyMs: P.faultLatencyMs, normalLatencyMs: P.normalLatencyMs, seconds: F },
+      fault: { name: faultName, what: faultText, latencyMs: P.faultLatencyMs, normalLatencyMs: P.normalLatencyMs, seconds: F },
       phases, pass, criteria,
       card: { baseline: q(cardH.baseline), fault: q(cardH.fault), recovery: q(cardH.recovery), answers: { 201: acknowledged.size, ...cardCodes } },
       tax: { answers: taxCodes, shed: taxShed, shedAnswerMs: { count: shedCount, over5: shedCount - shedUnder, p50: d.p50Ms, p99: d.p99Ms, max: d.maxMs, laneDecision: { p50: dl.p50Ms, p99: dl.p99Ms, max: dl.maxMs } }, recoveryMs: taxRecoveryMs, stateTransitions: transitions.filter(x => x.lane === 'tax') },
@@ -412,9 +460,24 @@ async function main (): Promise<number> {
   }
 }
 
+/**
+ * For a fault in the tax lane's own code, the criteria about how tax sheds a slow
+ * provider do not apply; whether the fault took effect, and card-auth's own
+ * answers, are judged instead.
+ */
+function judged (all: Criterion[], f: { degraded: number, down: number, cardErrors: number, taxErrors: number, stormErrors: number }): Criterion[] {
+  if (faultName === 'slow-provider') return all
+  return [
+    { id: 'fault-took-effect', what: `the fault took effect (${faultText})`, limit: 'tax answers degraded, or tax seen down by the deck', measured: `${f.degraded} tax answers not from the provider, tax down in ${f.down} deck samples`, pass: f.degraded + f.down > 0 },
+    ...all.filter(c => c.id === 'card-p99'),
+    { id: 'no-card-errors', what: 'card-auth answers other than 201 or a designed 429', limit: '0', measured: `${f.cardErrors} (the faulty tax lane's ${f.taxErrors} and the retrying client's ${f.stormErrors}: reported, not judged)`, pass: f.cardErrors === 0 },
+    ...all.filter(c => ['retry-storm', 'ledger', 'orphaned-connections'].includes(c.id)),
+  ]
+}
+
 function html (r: any): string {
   const x: number[] = r.timeline.second
-  const band = [{ from: r.phases.fault[0], to: r.phases.fault[1], label: `tax sandbox at ${r.fault.latencyMs} ms` }]
+  const band = [{ from: r.phases.fault[0], to: r.phases.fault[1], label: r.fault.what }]
   const lanes = r.timeline.lanes as Array<Record<string, any>>
   const ls = lanes.map(l => l.s)
   const stateNum = (s: string | null): number | null => s === 'NORMAL' ? 0 : s === 'RECOVERING' ? 1 : s === 'SATURATED' ? 2 : null
