@@ -4,7 +4,7 @@
 // a burst together, on a connection reserved for it, and each is answered once
 // its batch is committed: never a wait for one of the lane's pool connections.
 import type pg from 'pg'
-import { GroupCommit } from '../../shared/db/group-commit.ts'
+import { GroupCommit, withReplays } from '../../shared/db/group-commit.ts'
 import { JOB_NAMES, QUEUES } from '../../shared/queue/job-types.ts'
 
 export interface QueuedScreening {
@@ -50,18 +50,7 @@ export function screeningWriter (databaseUrl: string, log: { warn (o: object, m:
       const { rows } = await c.query<{ ord: number, inserted: boolean }>({ name: 'fraud-write-batch', text: WRITE_BATCH }, [
         ss.map((_s, i) => i), col('id'), col('clientId'), col('key'), col('fingerprint'), col('cardToken'), col('merchantId'), col('amount'), col('currency'),
         col('ipCountry'), col('billingCountry'), ss.map(s => JSON.stringify(s.response))])
-      const out: StoredScreening[] = ss.map((s, i) => ({ fingerprint: s.fingerprint, response: s.response, inserted: rows[i]!.inserted }))
-      const taken = ss.filter((_s, i) => !rows[i]!.inserted)
-      if (taken.length > 0) {
-        const earlier = await c.query<{ client_id: string, idempotency_key: string, fingerprint: string, response: StoredScreening['response'] }>(TAKEN, [taken.map(s => s.clientId), taken.map(s => s.key)])
-        const byKey = new Map(earlier.rows.map(e => [`${e.client_id}\u0000${e.idempotency_key}`, e]))
-        ss.forEach((s, i) => {
-          if (rows[i]!.inserted) return
-          const e = byKey.get(`${s.clientId}\u0000${s.key}`)!
-          out[i] = { fingerprint: e.fingerprint, response: e.response, inserted: false }
-        })
-      }
-      return out
+      return withReplays<StoredScreening['response']>(c, ss, rows.map(r => r.inserted), TAKEN)
     },
   })
 }

@@ -10,7 +10,7 @@ import type { FastifyRequest } from 'fastify'
 import type pg from 'pg'
 import type { TaxQuoteRequest } from '../../shared/api-schemas.ts'
 import { AppError } from '../../shared/errors.ts'
-import { GroupCommit } from '../../shared/db/group-commit.ts'
+import { GroupCommit, withReplays } from '../../shared/db/group-commit.ts'
 import type { LaneResult } from '../../shared/lane-kit/admission.ts'
 import type { Execution } from '../../shared/lane-kit/execution.ts'
 import { clientIdOf, fingerprint, idempotencyKeyOf, replay } from '../../shared/lane-kit/request-context.ts'
@@ -106,18 +106,7 @@ export function compensationWriter (databaseUrl: string, log: { warn (o: object,
       const { rows } = await c.query<{ ord: number, inserted: boolean }>({ name: 'tax-write-batch', text: WRITE_BATCH }, [
         rs.map((_r, i) => i), col('id'), col('clientId'), col('key'), col('fingerprint'), col('jurisdiction'), col('amount'), col('currency'),
         col('rate'), col('tax'), col('total'), col('tableVersion'), rs.map(r => JSON.stringify(r.response)), col('reason')])
-      const out: Stored[] = rs.map((r, i) => ({ fingerprint: r.fingerprint, response: r.response, inserted: rows[i]!.inserted }))
-      const taken = rs.filter((_r, i) => !rows[i]!.inserted)
-      if (taken.length > 0) {
-        const earlier = await c.query<{ client_id: string, idempotency_key: string, fingerprint: string, response: unknown }>(TAKEN, [taken.map(r => r.clientId), taken.map(r => r.key)])
-        const byKey = new Map(earlier.rows.map(e => [`${e.client_id}\u0000${e.idempotency_key}`, e]))
-        rs.forEach((r, i) => {
-          if (rows[i]!.inserted) return
-          const e = byKey.get(`${r.clientId}\u0000${r.key}`)!
-          out[i] = { fingerprint: e.fingerprint, response: e.response, inserted: false }
-        })
-      }
-      return out
+      return withReplays<unknown>(c, rs, rows.map(r => r.inserted), TAKEN)
     },
   })
 }

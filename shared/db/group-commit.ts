@@ -27,6 +27,30 @@ export interface GroupCommitOptions<I, O> {
   log: { warn (o: object, m: string): void }
 }
 
+/** A shed answer written by a batch, keyed by its client's Idempotency-Key. */
+export interface KeyedAnswer<R> { clientId: string, key: string, fingerprint: string, response: R }
+export interface StoredAnswer<R> { fingerprint: string, response: R, inserted: boolean }
+
+/**
+ * Each item's stored answer after a batch insert (`inserted[i]`: the batch wrote
+ * it): its own, or, when its key was taken, the earlier row's, read with
+ * `takenSql` ($1 client ids, $2 keys; returns client_id, idempotency_key,
+ * fingerprint, response) — a duplicate written earlier in the same batch included.
+ */
+export async function withReplays<R> (c: pg.Client, items: ReadonlyArray<KeyedAnswer<R>>, inserted: readonly boolean[], takenSql: string): Promise<Array<StoredAnswer<R>>> {
+  const out = items.map((it, i) => ({ fingerprint: it.fingerprint, response: it.response, inserted: inserted[i]! }))
+  const taken = items.filter((_it, i) => !inserted[i])
+  if (taken.length === 0) return out
+  const earlier = await c.query<{ client_id: string, idempotency_key: string, fingerprint: string, response: R }>(takenSql, [taken.map(t => t.clientId), taken.map(t => t.key)])
+  const byKey = new Map(earlier.rows.map(e => [`${e.client_id}\u0000${e.idempotency_key}`, e]))
+  items.forEach((it, i) => {
+    if (inserted[i]) return
+    const e = byKey.get(`${it.clientId}\u0000${it.key}`)!
+    out[i] = { fingerprint: e.fingerprint, response: e.response, inserted: false }
+  })
+  return out
+}
+
 export class GroupCommitFull extends Error {
   constructor (name: string) { super(`${name}: too many writes waiting`); this.name = 'GroupCommitFull' }
 }
