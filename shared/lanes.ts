@@ -52,13 +52,15 @@ export function saturationError (lane: LaneName, detail: string, policy: { name:
   return new AppError(code, { detail, headers: fields.headers, extensions: fields.extensions })
 }
 
-/** Lanes whose shed answers are recorded (a compensated quote, a queued screening) write them through one reserved connection. */
 /** Connections of each lane replica's share kept out of its pool for a pool reset (shared/db/pool.ts). */
 export const RESET_CONNECTIONS = 1
 
-export function writerConnections (lane: LaneName): number {
-  return LANE_QUEUES[lane].length > 0 ? 1 : 0
-}
+/**
+ * Every lane writes through one reserved connection of its group-commit writer
+ * (shared/db/group-commit.ts): card-auth its authorizations, fraud and tax their
+ * shed answers (a queued screening, a compensated quote).
+ */
+export const WRITER_CONNECTIONS = 1
 
 /** The job queues each lane owns (its async work; the worker loads services/<lane>/jobs). */
 export const LANE_QUEUES: Readonly<Record<LaneName, readonly string[]>> = Object.freeze({
@@ -185,13 +187,14 @@ export function laneLimits (lane: LaneName, env: Record<string, string | undefin
       schema: d.schema,
       roleConnectionLimit: c.POOL_MAX,
       replicas: c.REPLICAS,
-      // The group-commit writer of a lane that records shed answers (fraud, tax) is
-      // one connection of each replica's share, outside its pool; one more is kept
+      // The lane's group-commit writer (card-auth's authorizations, fraud's and
+      // tax's shed answers) is one connection of each replica's share, outside
+      // its pool; one more is kept
       // free for a pool reset, which uses it to end the stuck backends it replaces
       // (shared/db/pool.ts): without it, those backends hold the role's whole limit
       // and the new pool cannot open a connection.
-      poolMax: Math.max(1, Math.floor((c.POOL_MAX - c.WORKER_POOL_MAX) / c.REPLICAS) - writerConnections(lane) - RESET_CONNECTIONS),
-      writerConnections: writerConnections(lane),
+      poolMax: Math.max(1, Math.floor((c.POOL_MAX - c.WORKER_POOL_MAX) / c.REPLICAS) - WRITER_CONNECTIONS - RESET_CONNECTIONS),
+      writerConnections: WRITER_CONNECTIONS,
       workerPoolMax: c.WORKER_POOL_MAX,
       statementTimeoutMs: c.STATEMENT_TIMEOUT_MS,
       idleInTxTimeoutMs: c.IDLE_IN_TX_TIMEOUT_MS,

@@ -1,6 +1,11 @@
 import { buildLaneApp, type LaneAppConfig } from '../../shared/lane-kit/build-lane-app.ts'
+import { authorizeWriter } from './authorize-writer.ts'
 import { cardAuthRoutes } from './routes.ts'
 
-export function buildApp (cfg: LaneAppConfig) {
-  return buildLaneApp({ ...cfg, routes: cardAuthRoutes })
+export async function buildApp (cfg: LaneAppConfig) {
+  const writer = authorizeWriter(cfg.databaseUrl, { warn: (o, m) => built.app.log.warn(o, m) })
+  const built = await buildLaneApp({ ...cfg, routes: cardAuthRoutes(writer) })
+  built.app.addHook('onClose', async () => { await writer.close() })
+  writer.warm()
+  return built
 }

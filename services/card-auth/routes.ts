@@ -1,9 +1,11 @@
 // Card authorization: a hold on the card account's available funds, exactly once
-// per (client, Idempotency-Key). All of it is one SQL function call in one
-// transaction (shared/db/migrations/0006_card-auth-single-write.sql), so the lane
-// holds no transaction open across anything but its own SQL. A retry of a key
-// whose first attempt is still running gets 409 ERR_IDEMPOTENCY_IN_PROGRESS.
+// per (client, Idempotency-Key). Each is one call of card_auth.authorize
+// (shared/db/migrations/0006, 0008), made with the others of its batch by the
+// lane's group-commit writer (authorize-writer.ts), so the lane holds no
+// transaction open across anything but its own SQL. A retry of a key whose
+// first attempt is still running gets 409 ERR_IDEMPOTENCY_IN_PROGRESS.
 import crypto from 'node:crypto'
+import type { LaneHandler } from '../../shared/lane-kit/admission.ts'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import { AuthorizationRequest, IdParams } from '../../shared/api-schemas.ts'
 import { AppError } from '../../shared/errors.ts'
@@ -12,29 +14,38 @@ import { clientIdOf, fingerprint, idempotencyKeyOf, replay } from '../../shared/
 import type { LaneRejectReason } from '../../shared/metrics.ts'
 import { AUTHORIZATION_COLUMNS, authorizationBody, type AuthorizationRow } from './authorization.ts'
 import { saturationError } from '../../shared/lanes.ts'
+import { authorizeOne, type AuthorizeInput, type AuthorizeOutput, type AuthorizeWriter } from './authorize-writer.ts'
 
-// Named: parsed and planned once per connection, not once per authorization.
-const AUTHORIZE = { name: 'card_auth.authorize', text: 'select * from card_auth.authorize($1, $2, $3, $4, $5, $6, $7, $8)' }
-
-export function cardAuthRoutes (app: FastifyInstance, kit: LaneKit): void {
+export const cardAuthRoutes = (writer: AuthorizeWriter) => (app: FastifyInstance, kit: LaneKit): void => {
   // 429 with the lane's own policy: its permits, room again within the Retry-After.
   const saturated = (reason: LaneRejectReason): never => {
     throw saturationError('card-auth', reason === 'queue_timeout' ? 'waited past the queue budget for a permit' : 'all permits busy and the queue is full', { name: 'card-auth', quota: kit.limits.permits })
   }
-  app.post('/v1/authorizations', { schema: { body: AuthorizationRequest } }, kit.admitted(async (req: FastifyRequest, exec) => {
-    const client = clientIdOf(req)
-    const key = idempotencyKeyOf(req)
+  const authorize: LaneHandler = async (req: FastifyRequest, exec) => {
     const body = req.body as AuthorizationRequest
     const fp = fingerprint(body)
-    const { rows } = await exec.db.query<AuthorizationRow & { fingerprint: string, replayed: boolean, in_progress: boolean }>(
-      AUTHORIZE,
-      [crypto.randomUUID(), client, key, fp, body.merchantId, body.cardToken, body.amount.value, body.amount.currency],
-    )
-    const row = rows[0]!
+    const input: AuthorizeInput = {
+      id: crypto.randomUUID(), clientId: clientIdOf(req), key: idempotencyKeyOf(req), fingerprint: fp,
+      merchantId: body.merchantId, cardToken: body.cardToken, amount: body.amount.value, currency: body.amount.currency,
+    }
+    let row: AuthorizeOutput | undefined
+    try {
+      const r = await writer.submit(input, exec.signal)
+      if (!r.busy) row = r
+    } catch (err) {
+      if (exec.signal.aborted) throw err
+      // Its batch failed (one bad element fails them all, or the writer lost its
+      // connection): this one alone on the lane's pool. If the batch did commit
+      // after all, the key's row is found (a replay) or still locked (409).
+    }
+    // Alone on the pool: its batch failed, or its card's account is held by
+    // another transaction (the batch does not wait; this one does, alone).
+    row ??= await authorizeOne(exec.db, input)
     if (row.in_progress) throw new AppError('ERR_IDEMPOTENCY_IN_PROGRESS', { detail: 'an authorization with this Idempotency-Key is still being processed; retry after a second to get its answer' })
     if (row.replayed) return replay({ fingerprint: row.fingerprint, response: authorizationBody(row), status: 201 }, fp)
     return { status: 201, body: authorizationBody(row), headers: { location: `/v1/authorizations/${row.id}` } }
-  }, saturated))
+  }
+  app.post('/v1/authorizations', { schema: { body: AuthorizationRequest } }, kit.admitted(authorize, saturated))
 
   app.get('/v1/authorizations/:id', { schema: { params: IdParams } }, kit.admitted(async (req: FastifyRequest, exec) => {
     const { id } = req.params as { id: string }

@@ -43,6 +43,7 @@ export type ScreeningWriter = GroupCommit<QueuedScreening, StoredScreening>
 export function screeningWriter (databaseUrl: string, log: { warn (o: object, m: string): void }): ScreeningWriter {
   return new GroupCommit<QueuedScreening, StoredScreening>({
     name: 'fraud-overflow-writer',
+    applicationName: 'watertight-fraud',
     databaseUrl,
     log,
     async write (c: pg.Client, ss: readonly QueuedScreening[]) {

@@ -99,6 +99,7 @@ const TAKEN = `select client_id, idempotency_key, fingerprint, response from tax
 export function compensationWriter (databaseUrl: string, log: { warn (o: object, m: string): void }): GroupCommit<QuoteRecord, Stored> {
   return new GroupCommit<QuoteRecord, Stored>({
     name: 'tax-compensation-writer',
+    applicationName: 'watertight-tax',
     databaseUrl,
     log,
     async write (c: pg.Client, rs: readonly QuoteRecord[]) {

@@ -13,11 +13,17 @@
 // Bounded everywhere: at most `maxPending` waiting (beyond, submit refuses at
 // once), at most `maxBatch` per commit, and a batch that takes longer than
 // `timeoutMs` loses its connection (a hung server cannot hold the writer) and
-// fails every item in it; the next batch opens a new connection.
+// fails every item in it; the next batch opens a new connection. An item may
+// carry its caller's AbortSignal: aborted while waiting, it leaves the queue;
+// aborted in flight, its caller stops waiting, and a batch whose every item was
+// aborted loses its connection too, so the server cancels the statement (a
+// deadline must free what the request held, as a pool connection's does).
 import pg from 'pg'
 
 export interface GroupCommitOptions<I, O> {
   name: string
+  /** The writer connection's application_name: its process's, as its pool's (watertight-<lane>). */
+  applicationName: string
   databaseUrl: string
   /** Writes a batch with ONE writing statement (autocommit: atomic, durable on return), reads after it if it must; one output per input, in order. */
   write (client: pg.Client, items: readonly I[]): Promise<O[]>
@@ -55,7 +61,7 @@ export class GroupCommitFull extends Error {
   constructor (name: string) { super(`${name}: too many writes waiting`); this.name = 'GroupCommitFull' }
 }
 
-interface Pending<I, O> { item: I, resolve (o: O): void, reject (e: unknown): void }
+interface Pending<I, O> { item: I, resolve (o: O): void, reject (e: unknown): void, aborted?: boolean }
 
 export class GroupCommit<I, O> {
   readonly #o: Required<Omit<GroupCommitOptions<I, O>, 'log'>> & Pick<GroupCommitOptions<I, O>, 'log'>
@@ -63,6 +69,7 @@ export class GroupCommit<I, O> {
   #client: pg.Client | undefined
   #connecting: Promise<pg.Client> | undefined
   #flushing = false
+  #inflight: Array<Pending<I, O>> = []
   #closed = false
   /** Batches committed and items written, for the lane's metrics. */
   readonly stats = { batches: 0, items: 0, failures: 0 }
@@ -73,14 +80,32 @@ export class GroupCommit<I, O> {
 
   get pending (): number { return this.#queue.length }
 
-  /** Resolves once the item is committed (with its output), rejects if its batch failed. */
-  submit (item: I): Promise<O> {
+  /** Resolves once the item is committed (with its output), rejects if its batch failed or `signal` aborted first. */
+  submit (item: I, signal?: AbortSignal): Promise<O> {
     if (this.#closed) return Promise.reject(new Error(`${this.#o.name}: closed`))
+    if (signal?.aborted) return Promise.reject(signal.reason)
     if (this.#queue.length >= this.#o.maxPending) return Promise.reject(new GroupCommitFull(this.#o.name))
     return new Promise<O>((resolve, reject) => {
-      this.#queue.push({ item, resolve, reject })
+      const p: Pending<I, O> = { item, resolve, reject }
+      if (signal) {
+        const onAbort = (): void => { this.#abandon(p, signal.reason) }
+        signal.addEventListener('abort', onAbort, { once: true })
+        p.resolve = o => { signal.removeEventListener('abort', onAbort); resolve(o) }
+        p.reject = e => { signal.removeEventListener('abort', onAbort); reject(e) }
+      }
+      this.#queue.push(p)
       if (!this.#flushing) void this.#flush()
     })
+  }
+
+  #abandon (p: Pending<I, O>, reason: unknown): void {
+    const queued = this.#queue.indexOf(p)
+    if (queued >= 0) this.#queue.splice(queued, 1)
+    else if (this.#inflight.includes(p)) {
+      p.aborted = true
+      if (this.#inflight.every(q => q.aborted) && this.#client) this.#drop(this.#client)
+    }
+    p.reject(reason)
   }
 
   async #flush (): Promise<void> {
@@ -88,6 +113,7 @@ export class GroupCommit<I, O> {
     try {
       while (this.#queue.length > 0) {
         const batch = this.#queue.splice(0, this.#o.maxBatch)
+        this.#inflight = batch
         try {
           const out = await this.#commit(batch.map(p => p.item))
           this.stats.batches++
@@ -95,7 +121,10 @@ export class GroupCommit<I, O> {
           batch.forEach((p, i) => p.resolve(out[i]!))
         } catch (err) {
           this.stats.failures++
+          if (!batch.every(p => p.aborted)) this.#o.log.warn({ err, items: batch.length }, `${this.#o.name}: a batch failed`)
           for (const p of batch) p.reject(err)
+        } finally {
+          this.#inflight = []
         }
       }
     } finally {
@@ -111,7 +140,7 @@ export class GroupCommit<I, O> {
   async #connection (): Promise<pg.Client> {
     if (this.#client) return this.#client
     this.#connecting ??= (async () => {
-      const c = new pg.Client({ connectionString: this.#o.databaseUrl, application_name: `watertight-${this.#o.name}` })
+      const c = new pg.Client({ connectionString: this.#o.databaseUrl, application_name: this.#o.applicationName })
       c.on('error', err => { this.#o.log.warn({ err }, `${this.#o.name}: writer connection lost`); if (this.#client === c) this.#client = undefined })
       await c.connect()
       this.#client = c
