@@ -2,9 +2,12 @@
 // SHA-256 is stored); `revoke <client-id>` revokes every live key of a client;
 // `list` shows clients and key states, never keys. The gateway picks up changes
 // within seconds without a restart. File: API_KEYS_FILE or .data/api-keys.json.
+import { Type } from 'typebox'
 import { createKey, readKeyFile, revokeClient } from '../shared/api-keys.ts'
+import { loadConfig } from '../shared/config.ts'
+import { GATEWAY_ENV } from './config.ts'
 
-const file = process.env.API_KEYS_FILE ?? '.data/api-keys.json'
+const file = loadConfig(Type.Object({ API_KEYS_FILE: GATEWAY_ENV.properties.API_KEYS_FILE }), process.env).API_KEYS_FILE
 const [cmd, clientId] = process.argv.slice(2)
 const usage = (): never => { console.error('usage: npm run keys -- create <client-id> | revoke <client-id> | list'); process.exit(2) }
 

@@ -2,6 +2,8 @@
 // PID 1 is `node dist/services/main.js <process>`, so the process name (and
 // from it the port) is read from /proc/1/cmdline; HEALTH_URL overrides.
 import fs from 'node:fs'
+import { Type } from 'typebox'
+import { loadConfig } from '../shared/config.ts'
 import { FLEET } from '../shared/fleet.ts'
 
 // Each image process's port variable, default and liveness route, from the
@@ -9,13 +11,15 @@ import { FLEET } from '../shared/fleet.ts'
 const BY_ENTRY = new Map(FLEET.map(p => [p.entry, p]))
 
 function target (): string | undefined {
-  if (process.env.HEALTH_URL) return process.env.HEALTH_URL
+  const { HEALTH_URL } = loadConfig(Type.Object({ HEALTH_URL: Type.Optional(Type.String({ pattern: '^https?://' })) }), process.env)
+  if (HEALTH_URL) return HEALTH_URL
   let args: string[] = []
   try { args = fs.readFileSync('/proc/1/cmdline', 'utf8').split('\0') } catch { /* not in a container */ }
   const name = args[args.findIndex(a => a.endsWith('services/main.js')) + 1] ?? ''
   const p = BY_ENTRY.get(name)
   if (!p) return undefined
-  return `http://127.0.0.1:${process.env[p.portEnv] || p.port}${p.health.live}`
+  const port = (loadConfig(Type.Object({ [p.portEnv]: Type.Integer({ default: p.port, minimum: 1, maximum: 65535 }) }), process.env) as Record<string, number>)[p.portEnv]
+  return `http://127.0.0.1:${port}${p.health.live}`
 }
 
 const url = target()

@@ -93,7 +93,7 @@ export function envPrefix (lane: string): string {
   return lane.toUpperCase().replaceAll('-', '_') + '_'
 }
 
-function laneSchema (d: LaneDefaults, workerPool: number) {
+export function laneSchema (d: LaneDefaults, workerPool: number) {
   const int = (def: number, min = 0, max = 100_000) => Type.Integer({ default: def, minimum: min, maximum: max })
   const num = (def: number, min: number, max: number) => Type.Number({ default: def, minimum: min, maximum: max })
   return Type.Object({

@@ -1,6 +1,8 @@
 // `npm run seed:cards -- N`: load N card accounts for load tests into the
 // database of the local run (.data/credentials.json) or DATABASE_URL.
 import fs from 'node:fs'
+import { Type } from 'typebox'
+import { loadConfig } from '../../shared/config.ts'
 import { createClient } from '../../shared/db/pool.ts'
 import { seedDemoCards, seedLoadCards } from './seed.ts'
 
@@ -11,7 +13,7 @@ if (!Number.isInteger(n) || n < 1 || n > 1_000_000) {
   console.error('usage: npm run seed:cards -- <N between 1 and 1000000>')
   process.exit(2)
 }
-let url = process.env.DATABASE_URL
+let url = loadConfig(Type.Object({ DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })) }), process.env).DATABASE_URL
 if (!url && fs.existsSync('.data/credentials.json')) url = (JSON.parse(fs.readFileSync('.data/credentials.json', 'utf8')) as { databaseUrl: string }).databaseUrl
 if (!url) {
   console.error('no database: start the fleet with npm start first, or set DATABASE_URL')

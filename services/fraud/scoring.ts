@@ -1,6 +1,8 @@
 // Deterministic, explainable fraud scoring: each rule adds points and a reason;
 // the same inputs always give the same score. Used by the lane (sync) and by
 // the worker's fraud-async job, so both modes decide alike.
+import { Type } from 'typebox'
+import { loadConfig } from '../../shared/config.ts'
 
 export interface ScoringWeights {
   /** Screenings of the card in the velocity window above which each extra one scores. */
@@ -65,11 +67,22 @@ export function score (input: ScoringInput, w: ScoringWeights = DEFAULT_WEIGHTS)
   return { score: total, decision, reasons }
 }
 
+/** Read by the fraud lane and worker-fraud; docs/operations.md lists it (test/config-docs.test.ts). */
+export const FRAUD_ENV = Type.Object({
+  FRAUD_SCORING_WEIGHTS: Type.Optional(Type.String({ description: 'JSON: any subset of the scoring weights' })),
+})
+
 /** Weights from FRAUD_SCORING_WEIGHTS (JSON, any subset of the keys), validated. */
 export function weightsFromEnv (env: Record<string, string | undefined> = process.env): ScoringWeights {
-  const raw = env.FRAUD_SCORING_WEIGHTS
+  const raw = loadConfig(FRAUD_ENV, env).FRAUD_SCORING_WEIGHTS
   if (!raw) return DEFAULT_WEIGHTS
-  const parsed = JSON.parse(raw) as Record<string, unknown>
+  let parsed: Record<string, unknown>
+  try {
+    parsed = JSON.parse(raw) as Record<string, unknown>
+  } catch {
+    throw new Error('FRAUD_SCORING_WEIGHTS: not JSON')
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new Error('FRAUD_SCORING_WEIGHTS: must be a JSON object')
   for (const [k, v] of Object.entries(parsed)) {
     if (!(k in DEFAULT_WEIGHTS)) throw new Error(`FRAUD_SCORING_WEIGHTS: unknown key ${k}`)
     if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) throw new Error(`FRAUD_SCORING_WEIGHTS: ${k} must be a non-negative number`)

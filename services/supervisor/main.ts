@@ -6,10 +6,8 @@
 // PostgreSQL; whatever is still running when the supervisor exits is killed.
 import fs from 'node:fs'
 import path from 'node:path'
-import { Type } from 'typebox'
 import { loadConfig } from '../../shared/config.ts'
-import { LOG_FORMATS } from '../../shared/http-app.ts'
-import { FLEET, fleetProcess, NICE } from '../../shared/fleet.ts'
+import { fleetProcess, NICE } from '../../shared/fleet.ts'
 import { bootstrapDatabase, localSecrets } from '../../shared/db/bootstrap.ts'
 import { isEmbeddedStartError } from '../../shared/db/embedded.ts'
 import { deckRoleName, jobsRoleName, LANE_NAMES, LANE_QUEUES, envPrefix, laneLimits, laneUrl as laneUrlOf } from '../../shared/lanes.ts'
@@ -18,32 +16,11 @@ import { createKey, hashKey, readKeyFile } from '../../shared/api-keys.ts'
 import { execFile } from 'node:child_process'
 import { promisify } from 'node:util'
 import { buildFleet, fleetEntry } from './build.ts'
+import { nodeArgsVar, SUPERVISOR_ENV, WORKER_LANES as workerLanes } from './config.ts'
 import { SupervisedChild, waitHealthy, type ChildSpec } from './child.ts'
 import { describeConflicts, portConflicts } from './ports.ts'
 
-const workerLanes = LANE_NAMES.filter(n => LANE_QUEUES[n].length > 0)
-const childNames = ['tax-sandbox', ...LANE_NAMES, ...workerLanes.map(l => `worker-${l}`), 'gateway', 'deck']
-/** FLEET_NODE_ARGS_TAX, FLEET_NODE_ARGS_WORKER_FRAUD, …: flags for one child only. */
-const nodeArgsVar = (child: string): string => `FLEET_NODE_ARGS_${child.toUpperCase().replaceAll('-', '_')}`
-
-const cfg = loadConfig(Type.Object({
-  DATA_DIR: Type.String({ default: '.data' }),
-  DATABASE_URL: Type.Optional(Type.String({ pattern: '^postgres(ql)?://' })),
-  PG_PORT: Type.Integer({ default: 54329, minimum: 1, maximum: 65535 }),
-  PG_DATABASE: Type.String({ default: 'watertight', pattern: '^[a-z_][a-z0-9_]*$' }),
-  GATEWAY_PORT: Type.Integer({ default: fleetProcess('gateway').port, minimum: 1, maximum: 65535 }),
-  DECK_PORT: Type.Integer({ default: fleetProcess('deck').port, minimum: 1, maximum: 65535 }),
-  TAX_SANDBOX_PORT: Type.Integer({ default: fleetProcess('tax-sandbox').port, minimum: 1, maximum: 65535 }),
-  WORKER_PORT: Type.Integer({ default: FLEET.find(p => p.entry === 'worker')!.port, minimum: 1, maximum: 65535, description: 'the first worker\'s port; the next worker takes the next one' }),
-  QUIET: Type.Boolean({ default: false, description: 'children log errors only (their LOG_LEVEL is error)' }),
-  CPU_PRIORITIES: Type.Boolean({ default: true, description: 'run P1/P2 lanes, their workers, the deck and the sandbox at a lower CPU priority' }),
-  FLEET_DIST: Type.String({ default: 'dist', description: 'where the fleet is compiled to (inside the repo, so node_modules resolves)' }),
-  FLEET_NODE_ARGS: Type.String({ default: '', description: 'node flags for every child, e.g. --cpu-prof --cpu-prof-dir=/tmp/prof (flags NODE_OPTIONS does not allow)' }),
-  FLEET_PREBUILT: Type.Boolean({ default: false, description: 'use FLEET_DIST as it is (tests build it once for the run)' }),
-  LOG_FORMAT: Type.Optional(Type.Union(LOG_FORMATS.map(f => Type.Literal(f)), { description: 'the children\'s log format; unset: pretty when stdout is a terminal, else json' })),
-  // A benchmark's fault preload and heap limit on the tax lane alone (npm run bench:compare).
-  ...Object.fromEntries(childNames.map(c => [nodeArgsVar(c), Type.String({ default: '', description: `node flags for the ${c} child only, after FLEET_NODE_ARGS` })])),
-}), process.env)
+const cfg = loadConfig(SUPERVISOR_ENV, process.env)
 const nodeArgs = (child: string): string[] => [cfg.FLEET_NODE_ARGS, (cfg as Record<string, unknown>)[nodeArgsVar(child)] as string].flatMap(s => s.split(' ').filter(Boolean))
 // Decided once, here: children inherit this terminal, so each would see a TTY
 // of its own. Pretty lines for a person at a terminal, JSON lines otherwise

@@ -9,33 +9,16 @@ import { Type } from 'typebox'
 import { loadConfig } from '../../shared/config.ts'
 import { GRACE_MS, onShutdown } from '../../shared/lifecycle.ts'
 import { loggerOptions } from '../../shared/http-app.ts'
-import { JOBS_ROLE, jobsRoleName, LANE_NAMES, LANE_QUEUES, envPrefix, laneLimits, type LaneName } from '../../shared/lanes.ts'
+import { jobsRoleName, LANE_NAMES, LANE_QUEUES, envPrefix, laneLimits, type LaneName } from '../../shared/lanes.ts'
 import { assertRole, createRolePool } from '../../shared/db/pool.ts'
-import { LEAK_DETECTION_DEFAULT_MS } from '../../shared/db/leak-detection.ts'
 import { pressureLimits } from '../../shared/pressure-config.ts'
 import { buildApp } from './app.ts'
+import { WORKER_ENV } from './config.ts'
 import { BUILTIN_JOBS } from './builtin-jobs.ts'
 import type { JobType } from '../../shared/queue/job-types.ts'
 import { Worker } from './runner.ts'
 
-const cfg = loadConfig(Type.Object({
-  DATABASE_URL: Type.String({ minLength: 1 }),
-  WORKER_QUEUES: Type.String({ default: '' }),
-  WORKER_SLOTS: Type.Integer({ default: 20, minimum: 1, maximum: 1_000 }),
-  WORKER_PORT: Type.Integer({ default: 8104, minimum: 0, maximum: 65535 }),
-  WORKER_HOST: Type.String({ default: '127.0.0.1' }),
-  WORKER_POLL_MS: Type.Integer({ default: 1_000, minimum: 10, maximum: 60_000 }),
-  WORKER_HEARTBEAT_MS: Type.Integer({ default: 2_000, minimum: 10, maximum: 60_000 }),
-  WORKER_RESCUE_MS: Type.Integer({ default: 5_000, minimum: 10, maximum: 600_000 }),
-  WORKER_BACKOFF_BASE_MS: Type.Integer({ default: 1_000, minimum: 1, maximum: 600_000 }),
-  WORKER_BACKOFF_CAP_MS: Type.Integer({ default: 300_000, minimum: 1, maximum: 86_400_000 }),
-  // The jobs_ds role's fleet-wide CONNECTION LIMIT, shared by every worker process.
-  JOBS_POOL_MAX: Type.Integer({ default: JOBS_ROLE.poolMax, minimum: 2, maximum: 1_000 }),
-  WORKER_REPLICAS: Type.Integer({ default: 1, minimum: 1, maximum: 1_000 }),
-  WORKER_POOL_MAX: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000 })),
-  // DEC-BH-01 on the queue pool (the lane pools use their lane's <LANE>_LEAK_DETECTION_MS); 0 = off.
-  WORKER_LEAK_DETECTION_MS: Type.Integer({ default: LEAK_DETECTION_DEFAULT_MS, minimum: 0, maximum: 600_000 }),
-}), process.env)
+const cfg = loadConfig(WORKER_ENV, process.env)
 // WORKER_PRESSURE_MAX_EVENT_LOOP_DELAY_MS / _UTILIZATION / _HEAP_BYTES / _RSS_BYTES
 const pressure = pressureLimits('WORKER_')
 const { values } = parseArgs({ options: { queues: { type: 'string' } }, strict: false })

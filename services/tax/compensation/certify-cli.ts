@@ -5,13 +5,21 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import { parseArgs } from 'node:util'
+import { Type } from 'typebox'
+import { loadConfig } from '../../../shared/config.ts'
+import { TAX_ENV } from '../config.ts'
 import { TOLERANCE, certify } from './certify.ts'
-import { DEFAULT_TABLE_FILE } from './table.ts'
 
 const { values: a } = parseArgs({ options: { table: { type: 'string' }, out: { type: 'string' }, provider: { type: 'string' } } })
-const tableFile = a.table ?? process.env.TAX_COMPENSATION_TABLE ?? DEFAULT_TABLE_FILE
-const out = a.out ?? process.env.TAX_CERTIFICATE_FILE ?? '.data/tax-certificate.json'
-let providerUrl = a.provider ?? process.env.TAX_PROVIDER_URL
+// The lane's own variables and defaults, except the provider: unset, a sandbox is started here.
+const env = loadConfig(Type.Object({
+  TAX_COMPENSATION_TABLE: TAX_ENV.properties.TAX_COMPENSATION_TABLE,
+  TAX_CERTIFICATE_FILE: TAX_ENV.properties.TAX_CERTIFICATE_FILE,
+  TAX_PROVIDER_URL: Type.Optional(Type.String({ pattern: '^https?://' })),
+}), process.env)
+const tableFile = a.table ?? env.TAX_COMPENSATION_TABLE
+const out = a.out ?? env.TAX_CERTIFICATE_FILE
+let providerUrl = a.provider ?? env.TAX_PROVIDER_URL
 let stop = async (): Promise<void> => {}
 if (!providerUrl) {
   const { buildApp } = await import('../../tax-sandbox/app.ts')
