@@ -137,10 +137,8 @@ export interface LaneLimits {
     /** The role's CONNECTION LIMIT, shared by every replica of the lane. */
     readonly roleConnectionLimit: number
     readonly replicas: number
-    /** This replica's share of the role's limit, less the worker's share and its writer. */
+    /** This replica's share of the role's limit, less the worker's share, its writer (WRITER_CONNECTIONS) and one for a reset (RESET_CONNECTIONS). */
     readonly poolMax: number
-    /** Connections of this replica's share held by its group-commit writer (shared/db/group-commit.ts). */
-    readonly writerConnections: number
     /** Connections of the role the worker may use for this lane's jobs (fleet-wide). */
     readonly workerPoolMax: number
     readonly statementTimeoutMs: number
@@ -194,7 +192,6 @@ export function laneLimits (lane: LaneName, env: Record<string, string | undefin
       // (shared/db/pool.ts): without it, those backends hold the role's whole limit
       // and the new pool cannot open a connection.
       poolMax: Math.max(1, Math.floor((c.POOL_MAX - c.WORKER_POOL_MAX) / c.REPLICAS) - WRITER_CONNECTIONS - RESET_CONNECTIONS),
-      writerConnections: WRITER_CONNECTIONS,
       workerPoolMax: c.WORKER_POOL_MAX,
       statementTimeoutMs: c.STATEMENT_TIMEOUT_MS,
       idleInTxTimeoutMs: c.IDLE_IN_TX_TIMEOUT_MS,

@@ -9,6 +9,7 @@
 // written alone on the lane's pool (routes.ts), as every one was before.
 import type pg from 'pg'
 import { GroupCommit } from '../../shared/db/group-commit.ts'
+import type { ExecutionDb } from '../../shared/lane-kit/execution.ts'
 import type { AuthorizationRow } from './authorization.ts'
 
 export interface AuthorizeInput {
@@ -30,14 +31,12 @@ export type BatchOutput = AuthorizeOutput & { busy: boolean }
 const AUTHORIZE = { name: 'card_auth.authorize', text: 'select * from card_auth.authorize($1, $2, $3, $4, $5, $6, $7, $8)' }
 const AUTHORIZE_BATCH = { name: 'card_auth.authorize_batch', text: 'select * from card_auth.authorize_batch($1, $2, $3, $4, $5, $6, $7, $8)' }
 
-const params = (xs: readonly AuthorizeInput[]) => {
-  const col = <K extends keyof AuthorizeInput>(k: K) => xs.map(x => x[k])
-  return [col('id'), col('clientId'), col('key'), col('fingerprint'), col('merchantId'), col('cardToken'), col('amount'), col('currency')]
-}
+// The parameters of both functions, in their order: one value each for authorize, one array each for the batch.
+const PARAMS = ['id', 'clientId', 'key', 'fingerprint', 'merchantId', 'cardToken', 'amount', 'currency'] as const
 
-/** One authorization alone, on a connection of the lane's pool (a batch that failed is retried this way, one by one). */
-export async function authorizeOne (db: { query: (q: { name: string, text: string }, v: unknown[]) => Promise<{ rows: AuthorizeOutput[] }> }, x: AuthorizeInput): Promise<AuthorizeOutput> {
-  const { rows } = await db.query(AUTHORIZE, [x.id, x.clientId, x.key, x.fingerprint, x.merchantId, x.cardToken, x.amount, x.currency])
+/** One authorization alone, on a connection of the lane's pool (a busy one, or one of a batch that failed). */
+export async function authorizeOne (db: ExecutionDb, x: AuthorizeInput): Promise<AuthorizeOutput> {
+  const { rows } = await db.query<AuthorizeOutput>(AUTHORIZE, PARAMS.map(k => x[k]))
   return rows[0]!
 }
 
@@ -50,7 +49,7 @@ export function authorizeWriter (databaseUrl: string, log: { warn (o: object, m:
     databaseUrl,
     log,
     async write (c: pg.Client, xs: readonly AuthorizeInput[]) {
-      const { rows } = await c.query<BatchOutput & { ord: number }>({ ...AUTHORIZE_BATCH, values: params(xs) })
+      const { rows } = await c.query<BatchOutput & { ord: number }>({ ...AUTHORIZE_BATCH, values: PARAMS.map(k => xs.map(x => x[k])) })
       const out = new Array<BatchOutput>(xs.length)
       for (const r of rows) out[r.ord - 1] = r
       return out
