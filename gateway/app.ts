@@ -16,7 +16,7 @@ import { saturationError, type LaneLimits, type LaneName } from '../shared/lanes
 import { rateLimitFields } from '../shared/rate-limit-fields.ts'
 import { panFields } from '../shared/pan.ts'
 import { ROUTES, type RouteSpec } from './classify.ts'
-import { createUpstreams, closeUpstreams, type Upstream } from './upstreams.ts'
+import { createUpstreams, closeUpstreams, LANE_ANSWER_MAX_BYTES, type Upstream } from './upstreams.ts'
 import { authenticate, type KeySource } from './auth.ts'
 import { RETRY_GUARD_DEFAULTS, retryGuard, type RetryGuardConfig } from './retry-guard.ts'
 
@@ -166,6 +166,9 @@ async function proxy (req: FastifyRequest, reply: FastifyReply, spec: RouteSpec,
     let body: string | undefined
     if (spec.method === 'POST') { headers['content-type'] = 'application/json'; body = (req as FastifyRequest & { rawBody?: string }).rawBody ?? JSON.stringify(req.body) }
     const res = await up.pool.request({ method: spec.method, path: req.url, headers, body, signal: ac.signal })
+    // Read whole (at most LANE_ANSWER_MAX_BYTES, undici's maxResponseSize), then
+    // sent: the client gets the lane's whole answer or a problem+json, never an
+    // answer cut off halfway by a lane that failed mid-body.
     const payload = Buffer.from(await res.body.arrayBuffer())
     up.reachable = true
     for (const [k, v] of Object.entries(res.headers)) {
@@ -174,8 +177,12 @@ async function proxy (req: FastifyRequest, reply: FastifyReply, spec: RouteSpec,
     return reply.code(res.statusCode).send(payload)
   } catch (err) {
     if (ac.signal.aborted) return reply.hijack()
-    up.reachable = false
     const code = (err as { code?: string }).code ?? 'error'
+    if (code === 'UND_ERR_RES_EXCEEDED_MAX_SIZE') {
+      req.log.error({ lane: up.lane }, 'lane answer over the limit')
+      throw new AppError('ERR_LANE_ANSWER_TOO_LARGE', { detail: `lane ${up.lane} answered with more than ${LANE_ANSWER_MAX_BYTES} bytes` })
+    }
+    up.reachable = false
     count.unavailable({ lane: up.lane, reason: code })
     req.log.warn({ lane: up.lane, code }, 'lane unavailable')
     throw new AppError('ERR_LANE_UNAVAILABLE', { detail: `lane ${up.lane} is unavailable (${code})` })

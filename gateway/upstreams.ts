@@ -20,6 +20,13 @@ export interface Upstream {
   reachable: boolean
 }
 
+/**
+ * The most a lane's answer may hold: the gateway reads each answer whole before
+ * it answers (gateway/app.ts), so this bounds what one request can make it hold.
+ * The lanes' answers are small JSON documents (a few KB at most).
+ */
+export const LANE_ANSWER_MAX_BYTES = 1024 * 1024
+
 export function createUpstreams (limits: Record<LaneName, LaneLimits>, urls: Record<LaneName, string>): Record<LaneName, Upstream> {
   const out = {} as Record<LaneName, Upstream>
   for (const lane of LANE_NAMES) {
@@ -32,7 +39,7 @@ export function createUpstreams (limits: Record<LaneName, LaneLimits>, urls: Rec
       cap: l.gateway.inflightCap,
       inflight: 0,
       reachable: true,
-      pool: createOriginPool(urls[lane], { connections: l.gateway.inflightCap, timeoutMs, connectTimeoutMs: 1_000 }),
+      pool: createOriginPool(urls[lane], { connections: l.gateway.inflightCap, timeoutMs, connectTimeoutMs: 1_000, maxResponseBytes: LANE_ANSWER_MAX_BYTES }),
     }
   }
   return out

@@ -32,6 +32,7 @@ export const ERRORS = Object.freeze({
   ERR_LANE_OVERLOADED: { status: 503, title: 'Lane process is under pressure', type: 'temporary-reduced-capacity', retryAfter: 5 },
   ERR_GATEWAY_OVERLOADED: { status: 503, title: 'Gateway process is under pressure', type: 'temporary-reduced-capacity', retryAfter: 1 },
   ERR_LANE_UNAVAILABLE: { status: 503, title: 'Lane is unreachable', retryAfter: 5 },
+  ERR_LANE_ANSWER_TOO_LARGE: { status: 502, title: 'Lane answered with more than the gateway forwards' },
   ERR_DEADLINE_EXCEEDED: { status: 504, title: 'Execution exceeded the lane deadline' },
   ERR_RETRY_STORM_BLOCKED: { status: 429, title: 'Too many retries of one Idempotency-Key, or over the client retry budget', type: 'quota-exceeded', retryAfter: 5 },
   ERR_CLIENT_RATE_LIMITED: { status: 429, title: 'Client request rate limit exceeded', type: 'quota-exceeded', retryAfter: 1 },

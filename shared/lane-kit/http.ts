@@ -23,6 +23,6 @@ export function createHttpAgent (o: { connections: number, timeoutMs: number }):
  * gateway's pool per lane (capped at the lane's in-flight cap), a worker's
  * provider client.
  */
-export function createOriginPool (origin: string, o: { connections: number, timeoutMs: number, connectTimeoutMs?: number }): Pool {
-  return new Pool(origin, { connections: o.connections, pipelining: 1, connectTimeout: o.connectTimeoutMs ?? Math.min(o.timeoutMs, 5_000), headersTimeout: o.timeoutMs, bodyTimeout: o.timeoutMs, keepAliveTimeout: 4_000 })
+export function createOriginPool (origin: string, o: { connections: number, timeoutMs: number, connectTimeoutMs?: number, maxResponseBytes?: number }): Pool {
+  return new Pool(origin, { connections: o.connections, pipelining: 1, connectTimeout: o.connectTimeoutMs ?? Math.min(o.timeoutMs, 5_000), headersTimeout: o.timeoutMs, bodyTimeout: o.timeoutMs, keepAliveTimeout: 4_000, maxResponseSize: o.maxResponseBytes ?? -1 })
 }
