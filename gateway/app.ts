@@ -2,22 +2,20 @@
 // numbers, validate at the edge, then proxy to the lane that owns the route.
 // It holds no database connection and no lane state; the lane, not the gateway,
 // decides admission.
-import type { FastifyReply, FastifyRequest, FastifyServerOptions } from 'fastify'
+import type { FastifyServerOptions } from 'fastify'
 import swagger from '@fastify/swagger'
 import underPressure from '@fastify/under-pressure'
 import client from 'prom-client'
-import { IdParams, Problem } from '../shared/api-schemas.ts'
 import { createHttpApp } from '../shared/http-app.ts'
 import { problemReply } from '../shared/problem.ts'
 import { AppError } from '../shared/errors.ts'
 import { LATENCY_BUCKETS, createRegistry } from '../shared/metrics.ts'
 import { registerProcessOps } from '../shared/process-ops.ts'
-import { saturationError, type LaneLimits, type LaneName } from '../shared/lanes.ts'
+import type { LaneLimits, LaneName } from '../shared/lanes.ts'
 import { rateLimitFields } from '../shared/rate-limit-fields.ts'
-import { panFields } from '../shared/pan.ts'
-import { ROUTES, type RouteSpec } from './classify.ts'
-import { createUpstreams, closeUpstreams, LANE_ANSWER_MAX_BYTES, type Upstream } from './upstreams.ts'
-import { authenticate, type KeySource } from './auth.ts'
+import { createUpstreams, closeUpstreams } from './upstreams.ts'
+import { laneRoutes, type ProxyCounters } from './proxy.ts'
+import type { KeySource } from './auth.ts'
 import { RETRY_GUARD_DEFAULTS, retryGuard, type RetryGuardConfig } from './retry-guard.ts'
 
 export interface GatewayConfig {
@@ -32,10 +30,6 @@ export interface GatewayConfig {
   maxRssBytes?: number
   logger?: FastifyServerOptions['logger']
 }
-
-// Hop-by-hop and internal headers never cross the gateway.
-const DROP_RESPONSE = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length', 'x-request-id'])
-const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/
 
 export async function buildApp (cfg: GatewayConfig) {
   const app = createHttpApp({ logger: cfg.logger })
@@ -69,7 +63,7 @@ export async function buildApp (cfg: GatewayConfig) {
       return problemReply(reply, new AppError('ERR_GATEWAY_OVERLOADED', { detail: `gateway under pressure (${type})`, headers: overloaded.headers, extensions: overloaded.extensions })) as unknown as void
     },
   })
-  const guard = await retryGuard(app, cfg.retry ?? RETRY_GUARD_DEFAULTS, reason => blocked.inc({ reason }))
+  await app.register(retryGuard, { config: cfg.retry ?? RETRY_GUARD_DEFAULTS, onBlock: reason => blocked.inc({ reason }) })
   // The fleet's one rejection counter, by lane and reason: what the gateway refuses
   // on a lane's behalf (retry storms, a lane down, its cap full) counts there too.
   const rejected = new client.Counter({ name: 'bulkhead_rejection_total', help: 'Requests rejected before reaching the lane, by reason', labelNames: ['lane', 'reason'], registers: [registry] })
@@ -88,106 +82,7 @@ export async function buildApp (cfg: GatewayConfig) {
     done()
   })
 
-  // Bodies are parsed (for validation and the PAN scan) as Fastify would, and the
-  // bytes the client sent are what the lane receives: no second serialization.
-  const json = app.getDefaultJsonParser('error', 'error')
-  app.removeContentTypeParser('application/json')
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
-    ;(req as FastifyRequest & { rawBody?: string }).rawBody = body as string
-    json(req, body as string, done)
-  })
-
-  for (const spec of ROUTES) {
-    app.route({
-      method: spec.method,
-      url: spec.url,
-      config: { lane: spec.lane },
-      schema: {
-        summary: spec.summary,
-        tags: [spec.lane],
-        ...(spec.body ? { body: spec.body, headers: { type: 'object', properties: { 'idempotency-key': { type: 'string', description: 'required on POST: 1-255 visible ASCII characters' } } } } : { params: IdParams }),
-        response: { [spec.success.status]: spec.success.schema, '4xx': Problem, '5xx': Problem },
-      },
-      // Identity, Idempotency-Key and the retry guard come before the body is even parsed.
-      onRequest: async req => {
-        ;(req as FastifyRequest & { clientId?: string }).clientId = authenticate(req, cfg.keys)
-        if (spec.method === 'POST') {
-          const key = req.headers['idempotency-key']
-          if (typeof key !== 'string' || !IDEMPOTENCY_KEY.test(key)) throw new AppError('ERR_IDEMPOTENCY_KEY_REQUIRED', { detail: 'Idempotency-Key header (1-255 visible ASCII characters) is required on POST' })
-        }
-        try {
-          await guard(req)
-        } catch (err) {
-          rejected.inc({ lane: spec.lane, reason: (err as AppError).code === 'ERR_CLIENT_RATE_LIMITED' ? 'client_rate' : 'retry_storm' })
-          throw err
-        }
-      },
-      // Before schema validation: a PAN anywhere is refused as such, whatever else is wrong.
-      preValidation: async req => {
-        const fields = panFields(req.body)
-        if (fields.length > 0) throw new AppError('ERR_PAN_NOT_ACCEPTED', { detail: `fields ${fields.join(', ')} hold a raw card number; send a card token`, extensions: { fields } })
-      },
-      handler: (req, reply) => proxy(req, reply, spec, upstreams[spec.lane], counters),
-    })
-  }
-
+  await app.register(laneRoutes, { upstreams, keys: cfg.keys, rejected, counters })
   app.addHook('onClose', async () => { await closeUpstreams(upstreams) })
   return { app, registry, upstreams }
-}
-
-interface ProxyCounters {
-  unavailable (labels: { lane: string, reason: string }): void
-  saturated (lane: LaneName): void
-}
-
-async function proxy (req: FastifyRequest, reply: FastifyReply, spec: RouteSpec, up: Upstream, count: ProxyCounters): Promise<unknown> {
-  if (up.inflight >= up.cap) {
-    const detail = `lane ${up.lane} has ${up.inflight} requests in flight at the gateway (cap ${up.cap})`
-    // DESIGN §2: a full cap on a lane that is up is saturation, answered as the
-    // lane would; a lane whose last request failed at the transport is down.
-    if (!up.reachable) {
-      count.unavailable({ lane: up.lane, reason: 'cap_full' })
-      throw new AppError('ERR_LANE_UNAVAILABLE', { detail: `${detail}, and it is not answering` })
-    }
-    count.saturated(up.lane)
-    throw saturationError(up.lane, detail, { name: `gateway-${up.lane}`, quota: up.cap })
-  }
-  up.inflight++
-  const ac = new AbortController()
-  const onClose = (): void => { if (!reply.raw.writableFinished) ac.abort() }
-  reply.raw.on('close', onClose)
-  try {
-    const headers: Record<string, string> = {
-      'x-request-id': req.id,
-      'x-client-id': (req as FastifyRequest & { clientId: string }).clientId,
-    }
-    const key = req.headers['idempotency-key']
-    if (typeof key === 'string') headers['idempotency-key'] = key
-    let body: string | undefined
-    if (spec.method === 'POST') { headers['content-type'] = 'application/json'; body = (req as FastifyRequest & { rawBody?: string }).rawBody ?? JSON.stringify(req.body) }
-    const res = await up.pool.request({ method: spec.method, path: req.url, headers, body, signal: ac.signal })
-    // Read whole (at most LANE_ANSWER_MAX_BYTES, undici's maxResponseSize), then
-    // sent: the client gets the lane's whole answer or a problem+json, never an
-    // answer cut off halfway by a lane that failed mid-body.
-    const payload = Buffer.from(await res.body.arrayBuffer())
-    up.reachable = true
-    for (const [k, v] of Object.entries(res.headers)) {
-      if (v !== undefined && !DROP_RESPONSE.has(k)) reply.header(k, v)
-    }
-    return reply.code(res.statusCode).send(payload)
-  } catch (err) {
-    if (ac.signal.aborted) return reply.hijack()
-    const code = (err as { code?: string }).code ?? 'error'
-    if (code === 'UND_ERR_RES_EXCEEDED_MAX_SIZE') {
-      req.log.error({ lane: up.lane }, 'lane answer over the limit')
-      throw new AppError('ERR_LANE_ANSWER_TOO_LARGE', { detail: `lane ${up.lane} answered with more than ${LANE_ANSWER_MAX_BYTES} bytes` })
-    }
-    up.reachable = false
-    count.unavailable({ lane: up.lane, reason: code })
-    req.log.warn({ lane: up.lane, code }, 'lane unavailable')
-    throw new AppError('ERR_LANE_UNAVAILABLE', { detail: `lane ${up.lane} is unavailable (${code})` })
-  } finally {
-    up.inflight--
-    reply.raw.off('close', onClose)
-  }
 }

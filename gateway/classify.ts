@@ -1,5 +1,5 @@
 // The data-plane route table: for each (method, route template) the lane that
-// owns it, its body schema and its answer. gateway/app.ts registers one Fastify
+// owns it, its body schema and its answer. gateway/proxy.ts registers one Fastify
 // route per entry, so Fastify's router is the classifier; the template is the
 // metric label.
 import type { TSchema } from 'typebox'

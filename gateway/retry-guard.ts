@@ -15,7 +15,8 @@
 // Counters live in this process's memory: with N gateway replicas each holds
 // its own, so the per-key limit is per replica unless a shared store is
 // configured (docs/api.md, "Retry storms and backoff").
-import type { FastifyInstance, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from 'fastify'
+import fp from 'fastify-plugin'
 import rateLimit, { type RateLimitPluginOptions } from '@fastify/rate-limit'
 import { AppError } from '../shared/errors.ts'
 import { rateLimitFields } from '../shared/rate-limit-fields.ts'
@@ -68,7 +69,14 @@ async function limiters (app: FastifyInstance, opts: RateLimitPluginOptions): Pr
   return create!
 }
 
-export async function retryGuard (app: FastifyInstance, cfg: RetryGuardConfig, onBlock: (reason: BlockReason) => void) {
+export interface RetryGuardOptions { config: RetryGuardConfig, onBlock: (reason: BlockReason) => void }
+
+/**
+ * The guard as a plugin: decorates `app.retryGuard(req)`, which a route calls
+ * once it knows the client (it throws the refusal), and adds the onSend hook
+ * that notes each answer's Retry-After. Not encapsulated: the hook sees every answer.
+ */
+const retryGuardPlugin: FastifyPluginAsync<RetryGuardOptions> = async (app, { config: cfg, onBlock }) => {
   const clientOf = (req: FastifyRequest): string => (req as FastifyRequest & { clientId: string }).clientId
   const perKey = (await limiters(app, { store: slidingLogStore({ capacity: cfg.seenCapacity, countRejected: true }) }))({
     max: cfg.perKeyAttempts, timeWindow: cfg.windowMs, keyGenerator: (req: FastifyRequest) => `k:${clientOf(req)}:${String(req.headers['idempotency-key'])}`,
@@ -104,7 +112,7 @@ export async function retryGuard (app: FastifyInstance, cfg: RetryGuardConfig, o
     done(null, payload)
   })
 
-  return async function guard (req: FastifyRequest): Promise<void> {
+  app.decorate('retryGuard', async function guard (req: FastifyRequest): Promise<void> {
     const client = clientOf(req)
     const rate = await perClient(req)
     if (!rate.isAllowed && rate.isExceeded) block('client_rate', `more than ${cfg.clientRateMax} requests in ${cfg.clientRateWindowMs} ms`, 'client-rate', cfg.clientRateMax, Math.ceil(cfg.clientRateWindowMs / 1000), rate.ttlInSeconds ?? 1, 'ERR_CLIENT_RATE_LIMITED')
@@ -141,5 +149,14 @@ export async function retryGuard (app: FastifyInstance, cfg: RetryGuardConfig, o
       }
       win.retries++
     }
+  })
+}
+
+export const retryGuard = fp(retryGuardPlugin, { name: 'watertight-retry-guard', fastify: '5.x' })
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** Refuses a request of a retry storm, over its client's retry budget or rate (gateway/retry-guard.ts). */
+    retryGuard (req: FastifyRequest): Promise<void>
   }
 }

@@ -2,7 +2,7 @@
 // in-flight cap. A lane that is down or hung can pile up at most its cap here,
 // and only its own routes fail (ERR_LANE_UNAVAILABLE); other lanes' pools and
 // sockets are untouched. A full cap on a lane that answers is saturation, and
-// the gateway gives the lane's own saturation answer (gateway/app.ts).
+// the gateway gives the lane's own saturation answer (gateway/proxy.ts).
 import type { Pool } from 'undici'
 import { createOriginPool } from '../shared/lane-kit/http.ts'
 import { LANE_NAMES, type LaneLimits, type LaneName } from '../shared/lanes.ts'
@@ -22,7 +22,7 @@ export interface Upstream {
 
 /**
  * The most a lane's answer may hold: the gateway reads each answer whole before
- * it answers (gateway/app.ts), so this bounds what one request can make it hold.
+ * it answers (gateway/proxy.ts), so this bounds what one request can make it hold.
  * The lanes' answers are small JSON documents (a few KB at most).
  */
 export const LANE_ANSWER_MAX_BYTES = 1024 * 1024

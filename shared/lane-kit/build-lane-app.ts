@@ -1,7 +1,9 @@
-// The lane kit: one function builds a lane's Fastify app from its frozen limits.
-// Admission bulkhead, lane state, deadline, pool, under-pressure, health, status
-// and metrics are all derived from `limits`; the lane adds only its routes.
-import type { FastifyInstance, FastifyServerOptions } from 'fastify'
+// The lane kit, a Fastify plugin: admission bulkhead, lane state, deadline,
+// pool, under-pressure, health, status and metrics, all derived from the
+// lane's frozen `limits`, decorated on the app as `app.kit`. `buildLaneApp` is
+// the composition every lane uses: the HTTP app, this plugin, the lane's routes.
+import type { FastifyInstance, FastifyPluginAsync, FastifyServerOptions } from 'fastify'
+import fp from 'fastify-plugin'
 import type pg from 'pg'
 import type client from 'prom-client'
 import { Bulkhead } from '../bulkhead.ts'
@@ -41,9 +43,15 @@ export interface BuildLaneOptions {
 
 export type LaneAppConfig = Omit<BuildLaneOptions, 'routes' | 'healthCheckIntervalMs'>
 
-export async function buildLaneApp (opts: BuildLaneOptions): Promise<{ app: FastifyInstance, kit: LaneKit }> {
+export interface LaneKitOptions {
+  limits: LaneLimits
+  databaseUrl: string
+  /** How often the DB health check runs (ms). */
+  healthCheckIntervalMs?: number
+}
+
+const laneKitPlugin: FastifyPluginAsync<LaneKitOptions> = async (app, opts) => {
   const { limits } = opts
-  const app = createHttpApp({ logger: opts.logger })
   const registry = createRegistry(limits.lane)
   const leaks = countPoolLeaks(registry)
   const pools = new ReplaceablePool(() => leaks(createLanePool(limits, opts.databaseUrl, app.log)))
@@ -89,8 +97,25 @@ export async function buildLaneApp (opts: BuildLaneOptions): Promise<{ app: Fast
     await pools.end()
   })
 
+  app.decorate('kit', kit)
   const dbHealth = await registerPressure(app, kit, opts.healthCheckIntervalMs ?? 2_000)
   registerOpsRoutes(app, kit, dbHealth)
-  await opts.routes(app, kit)
-  return { app, kit }
+}
+
+/** The lane kit as a plugin: not encapsulated, so `app.kit`, its hooks and its shedding cover the lane's routes. */
+export const laneKit = fp(laneKitPlugin, { name: 'watertight-lane-kit', fastify: '5.x' })
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The lane kit of this lane app (shared/lane-kit/build-lane-app.ts). */
+    kit: LaneKit
+  }
+}
+
+/** A lane's app: the HTTP app, the lane kit, the lane's routes. */
+export async function buildLaneApp (opts: BuildLaneOptions): Promise<{ app: FastifyInstance, kit: LaneKit }> {
+  const app = createHttpApp({ logger: opts.logger })
+  await app.register(laneKit, { limits: opts.limits, databaseUrl: opts.databaseUrl, healthCheckIntervalMs: opts.healthCheckIntervalMs })
+  await opts.routes(app, app.kit)
+  return { app, kit: app.kit }
 }
