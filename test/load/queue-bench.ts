@@ -6,7 +6,8 @@
 //  - claim+complete jobs/s with no limit, and under a limit that binds
 //    (MaxWorkers --limit for us, each peer's nearest equivalent);
 //  - for us, the same queue unlimited at the limit's concurrency (what the
-//    limit costs is measured against that);
+//    limit costs is measured against that): --pairs limited and equal runs,
+//    alternated, and the cost from the median of each;
 //  - latency from enqueue to completion, p50/p99, paced single enqueues to
 //    idle workers;
 //  - the most jobs ever active at once under the limit, from per-job start/end
@@ -41,13 +42,14 @@ const { values: a } = parseArgs({
     'latency-jobs': { type: 'string', default: '2000' },
     'latency-rate': { type: 'string', default: '500' },
     'cap-s': { type: 'string', default: '20' },
+    pairs: { type: 'string', default: '3' },
   },
 })
 const o = {
   rounds: numberFlag(a, 'rounds', 1, 20), jobs: numberFlag(a, 'jobs', 100, 1_000_000), singleJobs: numberFlag(a, 'single-jobs', 10, 1_000_000),
   limit: numberFlag(a, 'limit', 1, 1_000), claimers: numberFlag(a, 'claimers', 1, 64), claimerSlots: a.batch !== undefined ? numberFlag(a, 'batch', 1, 10_000) : numberFlag(a, 'claimer-slots', 1, 10_000),
   workerSlots: numberFlag(a, 'worker-slots', 1, 1_000), latency: { jobs: numberFlag(a, 'latency-jobs', 10, 100_000), rate: numberFlag(a, 'latency-rate', 1, 100_000) },
-  capMs: numberFlag(a, 'cap-s', 1, 3_600) * 1000,
+  capMs: numberFlag(a, 'cap-s', 1, 3_600) * 1000, pairs: numberFlag(a, 'pairs', 1, 20),
 }
 const argv = process.argv.slice(2)
 const command = `npm run bench:queue${argv.length ? ' -- ' + argv.join(' ') : ''}`
@@ -104,7 +106,7 @@ let commit = gitCommit()
 try { commit += ` (${execFileSync('git', ['log', '-1', '--format=%cs'], { encoding: 'utf8' }).trim()})` } catch { /* no git */ }
 console.log(`\n${command}`)
 console.log(`${new Date().toISOString()}, commit ${commit}, ${machine({ kernel: true })}, load average at the end ${os.loadavg().map(x => x.toFixed(2)).join(' ')}`)
-console.log(`PostgreSQL ${server} (embedded, ${settings.map(s => `${s.name}=${s.setting}`).join(', ')}); ${o.jobs.toLocaleString('en-US')} no-op jobs per run (single enqueue: ${o.singleJobs.toLocaleString('en-US')}), ${o.rounds} rounds, ranges are min–max\n`)
+console.log(`PostgreSQL ${server} (embedded, ${settings.map(s => `${s.name}=${s.setting}`).join(', ')}); ${o.jobs.toLocaleString('en-US')} no-op jobs per run (single enqueue: ${o.singleJobs.toLocaleString('en-US')}), ${o.rounds} rounds, ranges are min–max; ours: under the limit and at the limit's concurrency are each the median of ${o.pairs} alternated runs per round (after an untimed short run of each), and the limit cost is 1 − their ratio\n`)
 console.log('| queue | enqueue single jobs/s | enqueue bulk jobs/s | claim+complete unlimited jobs/s | under the limit jobs/s | unlimited at the limit\'s concurrency jobs/s | limit cost | latency p50 / p99 ms | most active at once under the limit |')
 console.log('|---|---|---|---|---|---|---|---|---|')
 for (const s of subjects) {

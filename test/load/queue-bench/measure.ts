@@ -4,6 +4,17 @@
 // active at once from per-job start/end timestamps, and percentiles.
 import type pg from 'pg'
 
+/**
+ * Before each timed run, for every subject alike: dead rows of the runs before
+ * it cleared (they would slow whichever run comes later), and a checkpoint, so
+ * one set off by an earlier run's WAL does not land in the middle of a later
+ * run. The pool must be a superuser's.
+ */
+export async function settle (db: pg.Pool, tables = ''): Promise<void> {
+  await db.query(`vacuum analyze ${tables}`)
+  await db.query('checkpoint')
+}
+
 export const sleep = (ms: number): Promise<void> => new Promise(r => setTimeout(r, ms))
 
 /** Wait until `left()` is 0 (or the cap passes); returns the elapsed ms since t0 (performance.now() clock) and what was left. */
@@ -24,6 +35,10 @@ export function maxOverlap (intervals: ReadonlyArray<readonly [number, number]>)
   let cur = 0; let max = 0
   for (const [, d] of ev) { cur += d; if (cur > max) max = cur }
   return max
+}
+
+export function median (xs: readonly number[]): number {
+  return percentile([...xs].sort((a, b) => a - b), 50)
 }
 
 export function percentile (sorted: readonly number[], p: number): number {
@@ -65,6 +80,9 @@ export interface Figures {
   /** Unlimited at the same total concurrency as the limit (what the limit is compared with). */
   unlimitedEqual?: number
   limited?: number
+  /** Each alternated run behind unlimitedEqual and limited (their medians). */
+  equalRuns?: number[]
+  limitedRuns?: number[]
   /** Jobs the limited run did not finish within its time cap. */
   limitedLeft?: number
   maxActive?: number

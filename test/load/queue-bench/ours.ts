@@ -11,7 +11,7 @@ import { updateQueue } from '../../../shared/queue/admin.ts'
 import { fetchJobs, type Done } from '../../../shared/queue/claim.ts'
 import { enqueue, enqueueMany } from '../../../shared/queue/enqueue.ts'
 import { workerGone, workerSeen } from '../../../shared/queue/workers.ts'
-import { concurrently, intervalsUs, maxOverlap, paced, percentile, sleep, until, type Figures } from './measure.ts'
+import { concurrently, intervalsUs, maxOverlap, median, paced, percentile, settle, sleep, until, type Figures } from './measure.ts'
 
 export interface OursOptions {
   pool: pg.Pool
@@ -27,7 +27,27 @@ export interface OursOptions {
   workerSlots: number
   latency: { jobs: number, rate: number }
   capMs: number
+  /** Limited and equal-concurrency runs, alternated (ABBA), for the limit's cost: medians of each. */
+  pairs: number
   log: (m: string) => void
+}
+
+/**
+ * The limit's cost is a ratio of two throughputs that each swing ±20% between
+ * runs on a shared host. Measure them alternately — equal, limited, limited,
+ * equal, … — so drift in the host falls on both alike, and keep the median of
+ * each. One short run of each goes first, untimed: which run comes first is
+ * not what the ratio is about (an early run of a round read a third of the
+ * others while rounds started on deleted rather than truncated rows).
+ */
+async function alternated (o: OursOptions, equal: (n: number) => Promise<number>, limited: (n: number) => Promise<number>): Promise<Pick<Figures, 'unlimitedEqual' | 'limited' | 'equalRuns' | 'limitedRuns'>> {
+  const warm = Math.max(100, Math.round(o.jobs / 10))
+  await equal(warm); await limited(warm)
+  const equalRuns: number[] = []; const limitedRuns: number[] = []
+  for (let i = 0; i < o.pairs; i++) {
+    if (i % 2 === 0) { equalRuns.push(await equal(o.jobs)); limitedRuns.push(await limited(o.jobs)) } else { limitedRuns.push(await limited(o.jobs)); equalRuns.push(await equal(o.jobs)) }
+  }
+  return { unlimitedEqual: median(equalRuns), limited: median(limitedRuns), equalRuns, limitedRuns }
 }
 
 const Q = { free: 'wt-free', limit: 'wt-limit', equal: 'wt-equal', lat: 'wt-latency' }
@@ -38,9 +58,10 @@ async function reset (pool: pg.Pool, limit: number): Promise<void> {
     await pool.query('insert into jobs.queues (name) values ($1) on conflict do nothing', [q])
     await updateQueue(pool, q, { maxWorkers: q === Q.limit ? limit : null, paused: true, active: true })
   }
-  await pool.query('delete from jobs.jobs_hot where queue = any($1)', [ALL])
-  await pool.query('delete from jobs.jobs_archive where queue = any($1)', [ALL])
-  await pool.query('delete from jobs.workers')
+  // Empty tables at the start of each round, as each peer gets (a database of
+  // its own, created anew): rows deleted rather than truncated left round 2
+  // about 15% slower than round 1. The bench's database holds only its queues.
+  await pool.query('truncate jobs.jobs_hot, jobs.jobs_archive, jobs.workers, jobs.shares')
   await pool.query('vacuum analyze jobs.jobs_hot, jobs.jobs_archive')
 }
 
@@ -51,9 +72,13 @@ const activeIntervals = (pool: pg.Pool, q: string) => intervalsUs(pool,
   `select (extract(epoch from fetched_at) * 1e6)::bigint::text as s, (extract(epoch from finished_at) * 1e6)::bigint::text as e
      from jobs.jobs_archive where queue = $1`, [q])
 
-// Before each timed run: dead rows of the runs before it would otherwise slow
-// whichever run comes later (the claim walks the pending index).
-const settle = (pool: pg.Pool) => pool.query('vacuum analyze jobs.jobs_hot, jobs.jobs_archive')
+/** A queue's jobs of the run before (a capped run may leave some), so each run counts only its own. */
+const clear = async (pool: pg.Pool, q: string): Promise<void> => {
+  await pool.query('delete from jobs.jobs_hot where queue = $1', [q])
+  await pool.query('delete from jobs.jobs_archive where queue = $1', [q])
+}
+
+const settleJobs = (pool: pg.Pool): Promise<void> => settle(pool, 'jobs.jobs_hot, jobs.jobs_archive')
 
 const bulk = (pool: pg.Pool, q: string, n: number) => enqueueMany(pool, q, 'noop', Array.from({ length: n }, (_, i) => ({ payload: { i } })))
 
@@ -88,17 +113,23 @@ export async function oursLibrary (o: OursOptions): Promise<Figures> {
   const t0 = performance.now()
   await bulk(o.pool, Q.free, o.jobs)
   f.enqueueBulk = o.jobs / ((performance.now() - t0) / 1000)
-  await settle(o.pool)
+  await settleJobs(o.pool)
   f.unlimited = await claimers(o.pool, Q.free, o.jobs, o.claimers, o.claimerSlots)
 
   // Where the limit binds: 2 claimers x 2*limit slots on MaxWorkers = limit; against 2 x limit/2 unlimited.
-  await bulk(o.pool, Q.equal, o.jobs)
-  await settle(o.pool)
-  f.unlimitedEqual = await claimers(o.pool, Q.equal, o.jobs, 2, Math.ceil(o.limit / 2))
-  await bulk(o.pool, Q.limit, o.jobs)
-  await settle(o.pool)
-  f.limited = await claimers(o.pool, Q.limit, o.jobs, 2, 2 * o.limit)
-  f.maxActive = maxOverlap(await activeIntervals(o.pool, Q.limit))
+  Object.assign(f, await alternated(o, async n => {
+    await clear(o.pool, Q.equal)
+    await bulk(o.pool, Q.equal, n)
+    await settleJobs(o.pool)
+    return await claimers(o.pool, Q.equal, n, 2, Math.ceil(o.limit / 2))
+  }, async n => {
+    await clear(o.pool, Q.limit)
+    await bulk(o.pool, Q.limit, n)
+    await settleJobs(o.pool)
+    const jps = await claimers(o.pool, Q.limit, n, 2, 2 * o.limit)
+    f.maxActive = Math.max(f.maxActive ?? 0, maxOverlap(await activeIntervals(o.pool, Q.limit)))
+    return jps
+  }))
   return f
 }
 
@@ -132,7 +163,7 @@ async function startWorkers (o: OursOptions, queues: string[], n: number, slots:
 
 /** Release a paused queue holding n jobs to running workers; jobs/s until the hot table has none of them. */
 async function release (o: OursOptions, q: string, n: number): Promise<{ jps: number, left: number }> {
-  await settle(o.pool)
+  await settleJobs(o.pool)
   const t0 = performance.now()
   await updateQueue(o.pool, q, { paused: false })
   const r = await until(hot(o.pool, q), t0, o.capMs)
@@ -143,9 +174,8 @@ export async function oursWorkers (o: OursOptions): Promise<Figures> {
   const f: Figures = {}
   await reset(o.pool, o.limit)
   await bulk(o.pool, Q.free, o.jobs)
-  await bulk(o.pool, Q.limit, o.jobs)
   // Each run with workers serving only its queue, as the fleet runs them (one lane's queues per worker).
-  let w = await startWorkers(o, [Q.free, Q.lat], 2, o.workerSlots)
+  const w = await startWorkers(o, [Q.free, Q.lat], 2, o.workerSlots)
   try {
     f.unlimited = (await release(o, Q.free, o.jobs)).jps
     // Latency: paced single enqueues to idle workers.
@@ -157,17 +187,23 @@ export async function oursWorkers (o: OursOptions): Promise<Figures> {
     const ms = rows.map(r => r.ms)
     f.p50Ms = percentile(ms, 50); f.p99Ms = percentile(ms, 99)
   } finally { await w.stop() }
-  w = await startWorkers(o, [Q.limit], 2, 2 * o.limit)
-  try {
-    const lim = await release(o, Q.limit, o.jobs)
-    f.limited = lim.jps; f.limitedLeft = lim.left
-    f.maxActive = maxOverlap(await activeIntervals(o.pool, Q.limit))
-  } finally { await w.stop() }
-  // Equal concurrency: the same two processes with the limit's worth of slots, unlimited.
-  await bulk(o.pool, Q.equal, o.jobs)
-  w = await startWorkers(o, [Q.equal], 2, Math.ceil(o.limit / 2))
-  try {
-    f.unlimitedEqual = (await release(o, Q.equal, o.jobs)).jps
-  } finally { await w.stop() }
+  // The limit (2 processes x 2*limit slots on MaxWorkers = limit) against the
+  // same two processes with the limit's worth of slots, unlimited.
+  Object.assign(f, await alternated(o, async n => {
+    await clear(o.pool, Q.equal)
+    await bulk(o.pool, Q.equal, n)
+    const w = await startWorkers(o, [Q.equal], 2, Math.ceil(o.limit / 2))
+    try { return (await release(o, Q.equal, n)).jps } finally { await w.stop(); await updateQueue(o.pool, Q.equal, { paused: true }) }
+  }, async n => {
+    await clear(o.pool, Q.limit)
+    await bulk(o.pool, Q.limit, n)
+    const w = await startWorkers(o, [Q.limit], 2, 2 * o.limit)
+    try {
+      const lim = await release(o, Q.limit, n)
+      f.limitedLeft = Math.max(f.limitedLeft ?? 0, lim.left)
+      f.maxActive = Math.max(f.maxActive ?? 0, maxOverlap(await activeIntervals(o.pool, Q.limit)))
+      return lim.jps
+    } finally { await w.stop(); await updateQueue(o.pool, Q.limit, { paused: true }) }
+  }))
   return f
 }

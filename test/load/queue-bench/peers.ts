@@ -15,7 +15,7 @@
 import pg from 'pg'
 import { PgBoss } from 'pg-boss'
 import { Logger, makeWorkerUtils, run, type Runner } from 'graphile-worker'
-import { concurrently, intervalsUs, maxOverlap, paced, percentile, until, type Figures } from './measure.ts'
+import { concurrently, intervalsUs, maxOverlap, paced, percentile, settle, until, type Figures } from './measure.ts'
 
 export interface PeerOptions {
   superUrl: string
@@ -56,7 +56,7 @@ export async function pgBoss (o: PeerOptions): Promise<Figures> {
     await boss.insert('free', Array.from({ length: o.jobs }, (_, i) => ({ data: { i } })))
     f.enqueueBulk = o.jobs / ((performance.now() - t0) / 1000)
 
-    await pool.query('vacuum analyze')
+    await settle(pool)
     t0 = performance.now()
     let id = await boss.work('free', tuned, async () => {})
     let r = await until(left('free'), t0, o.capMs)
@@ -72,7 +72,7 @@ export async function pgBoss (o: PeerOptions): Promise<Figures> {
     await boss.offWork('lat', { id, wait: true })
 
     await boss.insert('limit', Array.from({ length: o.jobs }, (_, i) => ({ data: { i }, group: { id: 'g' } })))
-    await pool.query('vacuum analyze')
+    await settle(pool)
     t0 = performance.now()
     id = await boss.work('limit', { ...tuned, batchSize: o.limit, groupConcurrency: o.limit }, async () => {})
     r = await until(left('limit'), t0, o.capMs)
@@ -124,7 +124,7 @@ export async function graphileWorker (o: PeerOptions): Promise<Figures> {
     f.enqueueBulk = o.jobs / ((performance.now() - t0) / 1000)
 
     // Its runner starts inside the timed span (a few tens of ms of the run).
-    await pool.query('vacuum analyze')
+    await settle(pool)
     t0 = performance.now()
     runner = await start()
     let r = await until(left, t0, o.capMs)
@@ -140,7 +140,7 @@ export async function graphileWorker (o: PeerOptions): Promise<Figures> {
     await utils.addJobs(Array.from({ length: o.jobs }, (_, i) => ({ identifier: 'noop', payload: { i }, queueName: `lim-${i % o.limit}` })))
     record = 'none'
     await pool.query('create trigger bench_span after delete on graphile_worker._private_jobs for each row execute function bench_span()')
-    await pool.query('vacuum analyze')
+    await settle(pool)
     t0 = performance.now()
     // Without the local queue here: with it, jobs of a named queue wait in one
     // pool's local queue behind that queue's lock (5 jobs/s in a trial run).
