@@ -22,11 +22,14 @@ const limitMb = numberFlag(a, 'limit-mb', 1, 1_000_000)
 const argv = process.argv.slice(2).join(' ')
 const command = `${process.env.FLEET_NODE_ARGS ? `FLEET_NODE_ARGS='${process.env.FLEET_NODE_ARGS}' ` : ''}npm run bench:memory${argv ? ' -- ' + argv : ''}`
 
-function memKb (pid: number): { rss: number, anon: number } {
+/** RSS and its private part from /proc/<pid>/status; PSS (shared pages divided among the processes that map them) from smaps_rollup. */
+function memKb (pid: number): { rss: number, anon: number, pss: number } {
   try {
     const s = fs.readFileSync(`/proc/${pid}/status`, 'utf8')
-    return { rss: Number(/VmRSS:\s+(\d+)/.exec(s)?.[1] ?? 0), anon: Number(/RssAnon:\s+(\d+)/.exec(s)?.[1] ?? 0) }
-  } catch { return { rss: 0, anon: 0 } }
+    let pss = 0
+    try { pss = Number(/^Pss:\s+(\d+)/m.exec(fs.readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8'))?.[1] ?? 0) } catch { /* older kernel: no rollup */ }
+    return { rss: Number(/VmRSS:\s+(\d+)/.exec(s)?.[1] ?? 0), anon: Number(/RssAnon:\s+(\d+)/.exec(s)?.[1] ?? 0), pss }
+  } catch { return { rss: 0, anon: 0, pss: 0 } }
 }
 
 const fleet = await startLocalFleet({ dataDir: '.data/bench-memory', basePort: numberFlag(a, 'base-port', 1_024, 60_000), env: { LOG_LEVEL: 'warn' } })
@@ -41,16 +44,17 @@ try {
   const node = rows.filter(r => !r.label.startsWith('pg:'))
   const pgRows = rows.filter(r => r.label.startsWith('pg:'))
   const mb = (kb: number): string => (kb / 1024).toFixed(1)
-  const sum = (rs: typeof rows, k: 'rss' | 'anon'): number => rs.reduce((n, r) => n + r[k], 0)
+  const sum = (rs: typeof rows, k: 'rss' | 'anon' | 'pss'): number => rs.reduce((n, r) => n + r[k], 0)
   over = sum(node, 'rss') / 1024 >= limitMb
   console.log(`\n${command}`)
   console.log(`${new Date().toISOString()}, commit ${gitCommit()}, ${machine({ kernel: true })}; after ${idleS} s idle\n`)
-  console.log('| process | RSS MB | private (RssAnon) MB |')
-  console.log('|---|---:|---:|')
-  for (const r of node.sort((x, y) => y.rss - x.rss)) console.log(`| ${r.label} | ${mb(r.rss)} | ${mb(r.anon)} |`)
-  console.log(`| **Node processes (${node.length})** | **${mb(sum(node, 'rss'))}** | **${mb(sum(node, 'anon'))}** |`)
-  console.log(`| PostgreSQL (${pgRows.length} processes; RSS counts shared buffers in each) | ${mb(sum(pgRows, 'rss'))} | ${mb(sum(pgRows, 'anon'))} |`)
-  console.log(`\nNode processes at idle: ${mb(sum(node, 'rss'))} MB, ${over ? 'over' : 'under'} the ${limitMb} MB limit`)
+  console.log('| process | RSS MB | private (RssAnon) MB | PSS MB |')
+  console.log('|---|---:|---:|---:|')
+  for (const r of node.sort((x, y) => y.rss - x.rss)) console.log(`| ${r.label} | ${mb(r.rss)} | ${mb(r.anon)} | ${mb(r.pss)} |`)
+  console.log(`| **Node processes (${node.length})** | **${mb(sum(node, 'rss'))}** | **${mb(sum(node, 'anon'))}** | **${mb(sum(node, 'pss'))}** |`)
+  console.log(`| PostgreSQL (${pgRows.length} processes; RSS counts shared buffers in each) | ${mb(sum(pgRows, 'rss'))} | ${mb(sum(pgRows, 'anon'))} | ${mb(sum(pgRows, 'pss'))} |`)
+  // The limit is on the sum of RSS, as the issue states it; PSS is printed beside it, not instead of it.
+  console.log(`\nNode processes at idle: ${mb(sum(node, 'rss'))} MB RSS, ${over ? 'over' : 'under'} the ${limitMb} MB limit (PSS ${mb(sum(node, 'pss'))} MB: shared pages such as the node binary's counted once)`)
 } finally {
   await fleet.stop()
 }
