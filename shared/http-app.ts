@@ -3,7 +3,7 @@
 // and logs that never carry bodies or credentials.
 import crypto from 'node:crypto'
 import { createRequire } from 'node:module'
-import type { IncomingMessage } from 'node:http'
+import type { IncomingMessage, ServerResponse } from 'node:http'
 import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import { Type } from 'typebox'
 import { loadConfig } from './config.ts'
@@ -19,7 +19,7 @@ export interface HttpAppOptions {
   drain?: DrainBounds
 }
 
-export interface DrainBounds { maxBytes: number, maxMs: number }
+export interface DrainBounds { maxBytes: number, maxMs: number, lingerMs: number }
 
 /**
  * An answer sent before the request body is in (413 on Content-Length, 401, 429,
@@ -28,10 +28,15 @@ export interface DrainBounds { maxBytes: number, maxMs: number }
  * while the client is still sending; the kernel then resets the connection (a
  * close with unread data sends RST) and the client can lose the answer: undici
  * fetch with a streamed 3 MB body saw EPIPE instead of the 413 in 19 of 20
- * tries. Past either bound the connection is closed anyway, so a client sending
- * a huge or endless body holds the socket for 5 s at most after the answer.
+ * tries. Past either bound the answer goes with `Connection: close`, and the
+ * close lingers: the answer and a FIN go first, and the socket is destroyed
+ * `lingerMs` (1 s) later, reading nothing more (lingerAfter), so a client still
+ * sending gets to read the answer first (an endless body sent flat out lost its
+ * 413 when the socket was destroyed right after it: 19 of 30 tries in a loop,
+ * and once in CI). A client sending a huge or endless body holds the socket for
+ * 6 s at most after its headers.
  */
-export const DRAIN_DEFAULTS: Readonly<DrainBounds> = Object.freeze({ maxBytes: 8 * 1024 * 1024, maxMs: 5_000 })
+export const DRAIN_DEFAULTS: Readonly<DrainBounds> = Object.freeze({ maxBytes: 8 * 1024 * 1024, maxMs: 5_000, lingerMs: 1_000 })
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 // Health, status and metrics: polled every second by probes, the deck and Prometheus; never logged.
@@ -70,7 +75,10 @@ export function createHttpApp (opts: HttpAppOptions = {}): FastifyInstance {
     reply.header('x-request-id', req.id)
     // Answered before the whole body arrived: read the rest away first (bounded), or close.
     if (req.raw.complete) return done(null, payload)
-    drainRequest(req.raw, drain).then(clean => { if (!clean) reply.header('connection', 'close'); done(null, payload) }, done)
+    drainRequest(req.raw, drain).then(clean => {
+      if (!clean) { reply.header('connection', 'close'); lingerAfter(req.raw, reply.raw, drain) }
+      done(null, payload)
+    }, done)
   })
   app.addHook('onResponse', (req, reply, done) => {
     if (!OPS_PATH.test(req.url)) req.log.debug({ req, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 100) / 100 }, 'request')
@@ -115,6 +123,27 @@ export function drainRequest (raw: IncomingMessage, bounds: DrainBounds): Promis
     const timer = setTimeout(() => finish(false), bounds.maxMs)
     raw.on('data', onData).once('end', onEnd).once('error', onGone).once('close', onGone)
     raw.resume()
+  })
+}
+
+/**
+ * Once `res` (sent with Connection: close) is written, Node's server ends the
+ * socket (the answer, then a FIN) and destroys it as soon as that is flushed:
+ * with the client's unread bytes in the socket, the destroy sends RST, and a
+ * client busy writing loses the answer it was sent. Here the destroy waits
+ * `lingerMs` (or until the client closes), with nothing more read: the client's
+ * writes block, so it turns to reading and finds the answer. Only the pending
+ * 'finish' -> destroy that Node's destroySoon() put on this socket is removed.
+ */
+function lingerAfter (req: IncomingMessage, res: ServerResponse, bounds: DrainBounds): void {
+  const socket = req.socket
+  res.once('finish', () => {
+    if (socket.destroyed) return
+    socket.removeListener('finish', socket.destroy)
+    socket.pause()
+    const timer = setTimeout(() => socket.destroy(), bounds.lingerMs)
+    timer.unref()
+    socket.once('close', () => clearTimeout(timer))
   })
 }
 
