@@ -61,9 +61,9 @@ export async function startLocalFleet (opts: { dataDir: string, basePort: number
   }
 }
 
-/** Pin this process to the given CPUs (when taskset exists). */
-export function pinSelf (cpus: string): boolean {
-  return hasTaskset() && pin(process.pid, cpus).status === 0
+/** Pin a process (this one by default) to the given CPUs (when taskset exists). */
+export function pinSelf (cpus: string, pid = process.pid): boolean {
+  return hasTaskset() && pin(pid, cpus).status === 0
 }
 
 /** Every thread of one process to `cpus`. */

@@ -43,8 +43,8 @@ const cpu = (pid: number): number => cpuUs(pid) ?? NaN
 
 async function hop (transport: 'tcp' | 'unix'): Promise<{ client: number, server: number, errors: number }> {
   const sock = path.join(os.tmpdir(), `wt-transport-${process.pid}.sock`)
-  const pin = hasTaskset() ? ['taskset', '-c', '0'] : []
-  const child = spawn(pin[0] ?? process.execPath, [...pin.slice(1), ...(pin.length ? [process.execPath] : []), '--input-type=module', '-e', SERVER, transport === 'unix' ? sock : 'tcp'], { stdio: ['ignore', 'pipe', 'inherit'] })
+  const child = spawn(process.execPath, ['--input-type=module', '-e', SERVER, transport === 'unix' ? sock : 'tcp'], { stdio: ['ignore', 'pipe', 'inherit'] })
+  pinSelf('0', child.pid)
   try {
     const line = await new Promise<string>((resolve, reject) => {
       child.stdout!.once('data', d => resolve(String(d).trim()))
@@ -77,7 +77,7 @@ async function hop (transport: 'tcp' | 'unix'): Promise<{ client: number, server
   }
 }
 
-if (hasTaskset()) pinSelf('1')
+pinSelf('1')
 const rows: string[] = []
 for (let r = 1; r <= rounds; r++) {
   for (const t of ['tcp', 'unix'] as const) {

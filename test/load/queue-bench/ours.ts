@@ -72,10 +72,11 @@ const activeIntervals = (pool: pg.Pool, q: string) => intervalsUs(pool,
   `select (extract(epoch from fetched_at) * 1e6)::bigint::text as s, (extract(epoch from finished_at) * 1e6)::bigint::text as e
      from jobs.jobs_archive where queue = $1`, [q])
 
-/** A queue's jobs of the run before (a capped run may leave some), so each run counts only its own. */
-const clear = async (pool: pg.Pool, q: string): Promise<void> => {
+/** n new jobs on a queue, its jobs of the run before gone (a capped run may leave some): each run counts only its own. */
+const fresh = async (pool: pg.Pool, q: string, n: number): Promise<void> => {
   await pool.query('delete from jobs.jobs_hot where queue = $1', [q])
   await pool.query('delete from jobs.jobs_archive where queue = $1', [q])
+  await bulk(pool, q, n)
 }
 
 const settleJobs = (pool: pg.Pool): Promise<void> => settle(pool, 'jobs.jobs_hot, jobs.jobs_archive')
@@ -118,13 +119,11 @@ export async function oursLibrary (o: OursOptions): Promise<Figures> {
 
   // Where the limit binds: 2 claimers x 2*limit slots on MaxWorkers = limit; against 2 x limit/2 unlimited.
   Object.assign(f, await alternated(o, async n => {
-    await clear(o.pool, Q.equal)
-    await bulk(o.pool, Q.equal, n)
+    await fresh(o.pool, Q.equal, n)
     await settleJobs(o.pool)
     return await claimers(o.pool, Q.equal, n, 2, Math.ceil(o.limit / 2))
   }, async n => {
-    await clear(o.pool, Q.limit)
-    await bulk(o.pool, Q.limit, n)
+    await fresh(o.pool, Q.limit, n)
     await settleJobs(o.pool)
     const jps = await claimers(o.pool, Q.limit, n, 2, 2 * o.limit)
     f.maxActive = Math.max(f.maxActive ?? 0, maxOverlap(await activeIntervals(o.pool, Q.limit)))
@@ -190,13 +189,11 @@ export async function oursWorkers (o: OursOptions): Promise<Figures> {
   // The limit (2 processes x 2*limit slots on MaxWorkers = limit) against the
   // same two processes with the limit's worth of slots, unlimited.
   Object.assign(f, await alternated(o, async n => {
-    await clear(o.pool, Q.equal)
-    await bulk(o.pool, Q.equal, n)
+    await fresh(o.pool, Q.equal, n)
     const w = await startWorkers(o, [Q.equal], 2, Math.ceil(o.limit / 2))
     try { return (await release(o, Q.equal, n)).jps } finally { await w.stop(); await updateQueue(o.pool, Q.equal, { paused: true }) }
   }, async n => {
-    await clear(o.pool, Q.limit)
-    await bulk(o.pool, Q.limit, n)
+    await fresh(o.pool, Q.limit, n)
     const w = await startWorkers(o, [Q.limit], 2, 2 * o.limit)
     try {
       const lim = await release(o, Q.limit, n)
