@@ -11,7 +11,7 @@ import { updateQueue } from '../../../shared/queue/admin.ts'
 import { fetchJobs, type Done } from '../../../shared/queue/claim.ts'
 import { enqueue, enqueueMany } from '../../../shared/queue/enqueue.ts'
 import { workerGone, workerSeen } from '../../../shared/queue/workers.ts'
-import { concurrently, intervalsUs, maxOverlap, median, paced, percentile, settle, sleep, until, type Figures } from './measure.ts'
+import { concurrently, countRows, intervalsUs, maxOverlap, median, paced, percentile, settle, sleep, until, type Figures } from './measure.ts'
 
 export interface OursOptions {
   pool: pg.Pool
@@ -65,8 +65,8 @@ async function reset (pool: pg.Pool, limit: number): Promise<void> {
   await pool.query('vacuum analyze jobs.jobs_hot, jobs.jobs_archive')
 }
 
-const hot = (pool: pg.Pool, q: string) => async (): Promise<number> =>
-  Number((await pool.query<{ n: number }>('select count(*)::int as n from jobs.jobs_hot where queue = $1', [q])).rows[0]!.n)
+const hot = (pool: pg.Pool, q: string) => (probe: boolean): Promise<number> =>
+  countRows(pool, 'select 1 from jobs.jobs_hot where queue = $1', [q], probe)
 
 const activeIntervals = (pool: pg.Pool, q: string) => intervalsUs(pool,
   `select (extract(epoch from fetched_at) * 1e6)::bigint::text as s, (extract(epoch from finished_at) * 1e6)::bigint::text as e

@@ -15,7 +15,7 @@
 import pg from 'pg'
 import { PgBoss } from 'pg-boss'
 import { Logger, makeWorkerUtils, run, type Runner } from 'graphile-worker'
-import { concurrently, intervalsUs, maxOverlap, paced, percentile, settle, until, type Figures } from './measure.ts'
+import { concurrently, countRows, intervalsUs, maxOverlap, paced, percentile, settle, until, type Figures } from './measure.ts'
 
 export interface PeerOptions {
   superUrl: string
@@ -46,8 +46,8 @@ export async function pgBoss (o: PeerOptions): Promise<Figures> {
   const f: Figures = {}
   try {
     for (const q of ['free', 'limit', 'lat']) await boss.createQueue(q, { notify: true })
-    const left = (q: string) => async (): Promise<number> =>
-      Number((await pool.query<{ n: number }>("select count(*)::int as n from pgboss.job where name = $1 and state < 'completed'", [q])).rows[0]!.n)
+    const left = (q: string) => (probe: boolean): Promise<number> =>
+      countRows(pool, "select 1 from pgboss.job where name = $1 and state < 'completed'", [q], probe)
     const tuned = { batchSize: 500, localConcurrency: 2, burstWhenBatchFull: true, pollingIntervalSeconds: 0.5 }
 
     f.enqueueSingle = await concurrently(o.singleJobs, 8, i => boss.send('lat', { i }))
@@ -96,7 +96,7 @@ export async function graphileWorker (o: PeerOptions): Promise<Figures> {
   const utils = await makeWorkerUtils({ connectionString: url, logger })
   await utils.migrate()
   const f: Figures = {}
-  const left = async (): Promise<number> => Number((await pool.query<{ n: number }>('select count(*)::int as n from graphile_worker._private_jobs')).rows[0]!.n)
+  const left = (probe: boolean): Promise<number> => countRows(pool, 'select 1 from graphile_worker._private_jobs', [], probe)
   // A job's row is deleted when it completes, so its active span (locked_at
   // to completion, like ours: claim to completion) is kept by a trigger of
   // ours on that delete, in the limited run only.
