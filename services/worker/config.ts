@@ -15,6 +15,9 @@ export const WORKER_ENV = Type.Object({
   WORKER_RESCUE_MS: Type.Integer({ default: 5_000, minimum: 10, maximum: 600_000 }),
   WORKER_BACKOFF_BASE_MS: Type.Integer({ default: 1_000, minimum: 1, maximum: 600_000 }),
   WORKER_BACKOFF_CAP_MS: Type.Integer({ default: 300_000, minimum: 1, maximum: 86_400_000 }),
+  // Vacuum jobs_hot after this many jobs claimed by this worker (and at most once per WORKER_VACUUM_MIN_MS); 0 = never.
+  WORKER_VACUUM_EVERY_JOBS: Type.Integer({ default: 2_000, minimum: 0, maximum: 10_000_000 }),
+  WORKER_VACUUM_MIN_MS: Type.Integer({ default: 1_000, minimum: 0, maximum: 3_600_000 }),
   // The jobs_ds role's fleet-wide CONNECTION LIMIT, shared by every worker process.
   JOBS_POOL_MAX: Type.Integer({ default: JOBS_ROLE.poolMax, minimum: 2, maximum: 1_000 }),
   WORKER_REPLICAS: Type.Integer({ default: 1, minimum: 1, maximum: 1_000 }),

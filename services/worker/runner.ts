@@ -11,7 +11,8 @@
 // locked rows), over the queues and job types this worker knows
 // (shared/queue/rescue.ts says why); it also reports zombies nobody running can
 // judge, as `stranded`. Drain stops claiming, lets running jobs finish and
-// completes them, then aborts and releases whatever is left.
+// completes them, then aborts and releases whatever is left. Every so many
+// claims it vacuums jobs_hot (shared/queue/vacuum.ts says why), off the cycle.
 import crypto from 'node:crypto'
 import { EventEmitter } from 'node:events'
 import type pg from 'pg'
@@ -19,6 +20,7 @@ import { createClient } from '../../shared/db/pool.ts'
 import { fetchJobs } from '../../shared/queue/claim.ts'
 import { fail } from '../../shared/queue/fail.ts'
 import { heartbeat } from '../../shared/queue/heartbeat.ts'
+import { mayVacuum, vacuumClaimTable } from '../../shared/queue/vacuum.ts'
 import { rescueZombies, strandedZombies, type StrandedZombies } from '../../shared/queue/rescue.ts'
 import { workerGone, workerSeen } from '../../shared/queue/workers.ts'
 import type { Job } from '../../shared/queue/types.ts'
@@ -38,6 +40,8 @@ export interface WorkerOptions {
   heartbeatMs?: number
   rescueMs?: number
   backoff?: { baseMs?: number, capMs?: number }
+  /** Vacuum jobs_hot after everyJobs claimed here, at most once per minMs (everyJobs 0: never). */
+  vacuum?: { everyJobs: number, minMs: number }
   log: { info (o: object, m: string): void, warn (o: object, m: string): void, error (o: object, m: string): void }
 }
 
@@ -67,7 +71,11 @@ export class Worker extends EventEmitter {
   #again = false
   #draining = false
   #stopped = false
-  readonly stats = { claimed: 0, completed: 0, failed: 0, rescued: {} as Record<string, number> }
+  readonly stats = { claimed: 0, completed: 0, failed: 0, vacuums: 0, rescued: {} as Record<string, number> }
+  #mayVacuum = false
+  #claimedSinceVacuum = 0
+  #vacuumAt = 0
+  #vacuum: Promise<void> | undefined
   /** Zombies no running worker knowing them has rescued, fleet-wide, as of the last rescue cycle. */
   stranded: StrandedZombies[] = []
   #strandedLoggedAt = 0
@@ -95,6 +103,10 @@ export class Worker extends EventEmitter {
     await l.query('listen jobs_control')
     this.#listener = l
     await this.#seen()
+    if ((this.#o.vacuum?.everyJobs ?? 0) > 0) {
+      this.#mayVacuum = await mayVacuum(this.#o.pool)
+      if (!this.#mayVacuum) this.#o.log.warn({}, 'this role may not vacuum jobs.jobs_hot (PostgreSQL before 17, or no MAINTAIN grant): claims rely on autovacuum and slow down between its runs')
+    }
     const every = (ms: number, fn: () => void): void => { const t = setInterval(fn, ms); t.unref(); this.#timers.push(t) }
     every(this.#o.pollMs ?? 1_000, () => this.wake())
     every(this.#o.heartbeatMs ?? 2_000, () => { void this.#beat(); void this.#seen().catch(err => this.#o.log.warn({ err }, 'worker registration failed')) })
@@ -138,6 +150,21 @@ export class Worker extends EventEmitter {
     for (const f of finished) f.settle(r.completed.has(f.entry.job.id) ? 'completed' : 'lost')
     this.stats.claimed += r.jobs.length
     for (const job of r.jobs) this.#run(job)
+    this.#claimedSinceVacuum += r.jobs.length
+    this.#maybeVacuum()
+  }
+
+  /** One vacuum at a time, never in the cycle's way; a failure is logged and the next one tries again. */
+  #maybeVacuum (): void {
+    const v = this.#o.vacuum
+    if (!this.#mayVacuum || !v || v.everyJobs <= 0 || this.#vacuum || this.#stopped) return
+    if (this.#claimedSinceVacuum < v.everyJobs || performance.now() - this.#vacuumAt < v.minMs) return
+    this.#claimedSinceVacuum = 0
+    this.#vacuumAt = performance.now()
+    this.#vacuum = vacuumClaimTable(this.#o.pool)
+      .then(() => { this.stats.vacuums++ })
+      .catch(err => this.#o.log.warn({ err }, 'vacuum of jobs.jobs_hot failed'))
+      .finally(() => { this.#vacuum = undefined })
   }
 
   #run (job: Job): void {
@@ -217,6 +244,7 @@ export class Worker extends EventEmitter {
     }
     this.#stopped = true
     await this.#cycle
+    await this.#vacuum
     await this.#listener?.end().catch(() => {})
   }
 }
