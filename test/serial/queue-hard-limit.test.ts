@@ -61,7 +61,9 @@ t.test('at full speed too: batched claims of 2 worker processes and 3 library cl
   await Promise.all([0, 1].map(i => startWorker(t, db, ['burst'], { WORKER_SLOTS: '20', JOBS_POOL_MAX: '20', WORKER_REPLICAS: '4' }, `burst-worker-${i}`)))
   await enqueueJobs(db.pool, 'burst', 'noop', Array.from({ length: N }, (_, i) => ({ payload: { i } })))
   // Two claimers with a share (registered like a worker) and one without: the
-  // shared-lock path, the exclusive one, and growth, all at once.
+  // shared-lock path, the exclusive one, and growth, all at once. The one
+  // without a share takes the exclusive lock on every call but only room no
+  // live worker is dealt (migration 0011), here none: it must not starve them.
   const ids = ['lib-a', 'lib-b', 'lib-unregistered']
   for (const id of ids.slice(0, 2)) await workerSeen(db.pool, id, { burst: 10 }, 600_000)
   t.teardown(async () => { for (const id of ids) await workerGone(db.pool, id).catch(() => {}) })
