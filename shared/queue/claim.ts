@@ -25,6 +25,10 @@
 //    and a transaction is visible before its locks are released): held(me) <=
 //    max_workers - sum of the others' held. What the others add later stays
 //    within their shares, which were counted.
+//    A claimer with no share counts the live workers together at no less
+//    than their slots up to max_workers (what they are dealt, grown into or
+//    not: migration 0011), so it cannot starve them; counting more only
+//    lowers what it takes.
 //  - Everything else only lowers the sum: completions, failures, rescues and
 //    deactivation lower active(w); a worker gives back share above its fair
 //    share; drain deletes its shares; a grower deletes the share of a worker
