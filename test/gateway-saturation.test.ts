@@ -12,7 +12,11 @@ import { startLoneGateway } from './helpers/gateway.ts'
 import { call, eventually, type Res } from './helpers/http.ts'
 
 // One permit, no queue: the gateway's cap for card-auth is 2 x (1 + 0) + 150 = 152.
-const env = { CARD_AUTH_PERMITS: '1', CARD_AUTH_QUEUE: '0' }
+// The lane's event-loop limits off: the test pauses the lane (SIGSTOP) to hold
+// the cap full, and on resuming the lane saw that pause as a 1.5 s event-loop
+// stall and shed what was queued with its own 503 ERR_LANE_OVERLOADED (one CI
+// run: all 152). That is the lane judging the test's pause, not the gateway's cap.
+const env = { CARD_AUTH_PERMITS: '1', CARD_AUTH_QUEUE: '0', CARD_AUTH_PRESSURE_MAX_EVENT_LOOP_DELAY_MS: '0', CARD_AUTH_PRESSURE_MAX_EVENT_LOOP_UTILIZATION: '0' }
 const CAP = laneLimits('card-auth', env).gateway.inflightCap
 const db = await testDatabase(t, env)
 await db.query("insert into card_auth.card_accounts (token, currency, available) values ('tok_cap_1', 'EUR', 1000000000)")
