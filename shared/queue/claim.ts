@@ -1,6 +1,7 @@
 // Claim pending jobs for a worker, never more than a queue's MaxWorkers across
 // every worker process of the fleet. Both calls below are one statement, one
-// round trip: `select … from jobs.fetch(…)` (shared/db/migrations/0007).
+// round trip: `select … from jobs.fetch(…)` (shared/db/migrations/0007; its
+// current text is 0012's).
 //
 // Why the hard limit holds. It breaks only if two claims count the same free
 // slot. ChokaQ's single statement (count active jobs in a CTE, claim
@@ -88,7 +89,9 @@ export interface FetchResult {
 
 type Row = Job & { done: boolean }
 
-const FETCH = 'select * from jobs.fetch($1, $2::text[], $3::int[], $4::bigint[], $5::uuid[], $6::jsonb[], $7)'
+// Named: prepared once per connection, not parsed, analyzed and planned on
+// every call (about a tenth of the backend's time per call of 5 jobs).
+const FETCH = { name: 'jobs.fetch', text: 'select * from jobs.fetch($1, $2::text[], $3::int[], $4::bigint[], $5::uuid[], $6::jsonb[], $7)' }
 
 function params (req: FetchRequest, start: boolean): unknown[] {
   const queues = Object.keys(req.slots).sort()
@@ -101,7 +104,7 @@ function params (req: FetchRequest, start: boolean): unknown[] {
 /** Claim without starting (status fetched): the two-phase path, for tools and tests; `start()` moves a job on. */
 export async function claim (db: Db, req: ClaimRequest): Promise<Job[]> {
   if (!Object.values(req.slots).some(n => n > 0)) return []
-  const { rows } = await db.query<Row>(FETCH, params(req, false))
+  const { rows } = await db.query<Row>({ ...FETCH, values: params(req, false) })
   return rows.map(strip)
 }
 
@@ -109,7 +112,7 @@ export async function claim (db: Db, req: ClaimRequest): Promise<Job[]> {
 export async function fetchJobs (db: Db, req: FetchRequest): Promise<FetchResult> {
   const out: FetchResult = { completed: new Set(), jobs: [] }
   if ((req.done?.length ?? 0) === 0 && !Object.values(req.slots).some(n => n > 0)) return out
-  const { rows } = await db.query<Row>(FETCH, params(req, true))
+  const { rows } = await db.query<Row>({ ...FETCH, values: params(req, true) })
   for (const r of rows) {
     if (r.done) out.completed.add(r.id)
     else out.jobs.push(strip(r))
