@@ -35,14 +35,14 @@ const { values: a } = parseArgs({
     'single-jobs': { type: 'string', default: '5000' },
     limit: { type: 'string', default: '10' },
     claimers: { type: 'string', default: '2' },
-    'claimer-slots': { type: 'string', default: '100' },
+    'claimer-slots': { type: 'string', default: '250' },
     // The flag's name before --peers (README); the same thing.
     batch: { type: 'string' },
     'worker-slots': { type: 'string', default: '100' },
     'latency-jobs': { type: 'string', default: '2000' },
     'latency-rate': { type: 'string', default: '500' },
     'cap-s': { type: 'string', default: '20' },
-    pairs: { type: 'string', default: '3' },
+    pairs: { type: 'string', default: '5' },
   },
 })
 const o = {
