@@ -90,7 +90,12 @@ export interface FetchResult {
 type Row = Job & { done: boolean }
 
 // Named: prepared once per connection, not parsed, analyzed and planned on
-// every call (about a tenth of the backend's time per call of 5 jobs).
+// every call (about a tenth of the backend's time per call of 5 jobs). A new
+// body for the function is picked up (PostgreSQL re-plans a prepared
+// statement when a function it calls changes); new result columns are not
+// (the statement fails with "cached plan must not change result type" on every
+// connection that prepared it), so a migration that changes jobs.fetch's
+// columns changes this name with them.
 const FETCH = { name: 'jobs.fetch', text: 'select * from jobs.fetch($1, $2::text[], $3::int[], $4::bigint[], $5::uuid[], $6::jsonb[], $7)' }
 
 function params (req: FetchRequest, start: boolean): unknown[] {
