@@ -94,3 +94,27 @@ export async function freePort (): Promise<number> {
     s.listen(0, '127.0.0.1', () => { const p = (s.address() as { port: number }).port; s.close(() => resolve(p)) })
   })
 }
+
+const listenOn = (port: number): Promise<net.Server | undefined> => new Promise(resolve => {
+  const s = net.createServer()
+  s.once('error', () => resolve(undefined))
+  s.listen(port, '127.0.0.1', () => resolve(s))
+})
+
+/**
+ * The first of `n` consecutive free ports, none of them in `avoid` (the ports a
+ * test already chose): the supervisor gives its second worker WORKER_PORT + 1, a
+ * port nobody checked when WORKER_PORT came from freePort() (one CI run found it
+ * held by another socket, and the fleet refused to start).
+ */
+export async function freePorts (n: number, avoid: Iterable<number> = []): Promise<number> {
+  const taken = new Set(avoid)
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const first = await freePort()
+    if (first + n - 1 > 65_535 || Array.from({ length: n }, (_v, i) => first + i).some(p => taken.has(p))) continue
+    const held = await Promise.all(Array.from({ length: n }, (_v, i) => listenOn(first + i)))
+    await Promise.all(held.map(s => s && new Promise(resolve => s.close(resolve))))
+    if (held.every(Boolean)) return first
+  }
+  throw new Error(`no ${n} consecutive free ports found on 127.0.0.1`)
+}

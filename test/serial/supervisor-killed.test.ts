@@ -13,7 +13,7 @@ import readline from 'node:readline'
 import t from 'tap'
 import { testDatabase } from '../helpers/db.ts'
 import { eventually } from '../helpers/http.ts'
-import { freePort, ROOT } from '../helpers/procs.ts'
+import { freePort, freePorts, ROOT } from '../helpers/procs.ts'
 import { DIST_DIR } from '../setup/state.ts'
 
 // Ten fleet starts: more than tap's default 180 s per file on a busy 2-core host.
@@ -21,7 +21,9 @@ t.setTimeout(420_000)
 const db = await testDatabase(t)
 const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'wt-supkill-'))
 t.teardown(() => fs.rmSync(dataDir, { recursive: true, force: true }))
-const ports = { GATEWAY_PORT: await freePort(), TAX_SANDBOX_PORT: await freePort(), WORKER_PORT: await freePort(), CARD_AUTH_PORT: await freePort(), FRAUD_PORT: await freePort(), TAX_PORT: await freePort(), DECK_PORT: await freePort() }
+const single = { GATEWAY_PORT: await freePort(), TAX_SANDBOX_PORT: await freePort(), CARD_AUTH_PORT: await freePort(), FRAUD_PORT: await freePort(), TAX_PORT: await freePort(), DECK_PORT: await freePort() }
+// Two workers: WORKER_PORT and the next one.
+const ports = { ...single, WORKER_PORT: await freePorts(2, Object.values(single)) }
 const env = { ...process.env, ...db.env, DATABASE_URL: db.superUrl, DATA_DIR: dataDir, FLEET_DIST: DIST_DIR, FLEET_PREBUILT: 'true', LOG_LEVEL: 'warn', QUIET: 'true', ...Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])) }
 
 const alive = (pid: number): boolean => { try { process.kill(pid, 0); return true } catch { return false } }
