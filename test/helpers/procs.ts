@@ -87,19 +87,21 @@ export function laneEnv (lane: 'card-auth' | 'fraud' | 'tax', dbEnv: Record<stri
   return { ...dbEnv, DATABASE_URL: databaseUrl, [`${p}PORT`]: '0', ...extra }
 }
 
-export async function freePort (): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer()
-    s.once('error', reject)
-    s.listen(0, '127.0.0.1', () => { const p = (s.address() as { port: number }).port; s.close(() => resolve(p)) })
-  })
-}
-
+/** A server listening on 127.0.0.1:port (0: any free port), or undefined if it could not. */
 const listenOn = (port: number): Promise<net.Server | undefined> => new Promise(resolve => {
   const s = net.createServer()
   s.once('error', () => resolve(undefined))
   s.listen(port, '127.0.0.1', () => resolve(s))
 })
+const close = (s: net.Server): Promise<void> => new Promise(resolve => s.close(() => resolve()))
+
+export async function freePort (): Promise<number> {
+  const s = await listenOn(0)
+  if (!s) throw new Error('no free port on 127.0.0.1')
+  const p = (s.address() as net.AddressInfo).port
+  await close(s)
+  return p
+}
 
 /**
  * The first of `n` consecutive free ports, none of them in `avoid` (the ports a
@@ -113,7 +115,7 @@ export async function freePorts (n: number, avoid: Iterable<number> = []): Promi
     const first = await freePort()
     if (first + n - 1 > 65_535 || Array.from({ length: n }, (_v, i) => first + i).some(p => taken.has(p))) continue
     const held = await Promise.all(Array.from({ length: n }, (_v, i) => listenOn(first + i)))
-    await Promise.all(held.map(s => s && new Promise(resolve => s.close(resolve))))
+    await Promise.all(held.map(s => s && close(s)))
     if (held.every(Boolean)) return first
   }
   throw new Error(`no ${n} consecutive free ports found on 127.0.0.1`)
