@@ -3,6 +3,7 @@
 // service. Modules load with the running file's extension: .ts under tsx, .js
 // once compiled.
 import path from 'node:path'
+import { idleTrimMs, startIdleTrim } from '../shared/idle-trim.ts'
 import { watchParent } from '../shared/lifecycle.ts'
 
 // Before anything else: a process whose supervisor is gone must not go on starting.
@@ -26,12 +27,17 @@ export const PROCESSES: Readonly<Record<string, string>> = Object.freeze({
   healthcheck: './healthcheck',
 })
 
+const LONG_RUNNING = new Set(['gateway', 'card-auth', 'fraud', 'tax', 'worker', 'deck', 'tax-sandbox'])
+
 const name = process.argv[2] ?? ''
 const target = PROCESSES[name]
 if (!target) {
   console.error(`usage: main.js <${Object.keys(PROCESSES).join('|')}> [args...]`)
   process.exit(2)
 }
+// The processes that stay up give back at idle what start-up and load grew their heap to.
+// A bad IDLE_TRIM_SECONDS stops the process here with ERR_CONFIG_INVALID, as any setting does.
+if (LONG_RUNNING.has(name)) startIdleTrim({ idleMs: idleTrimMs(process.env) })
 // The chosen module reads its own arguments after the process name.
 process.argv.splice(2, 1)
 await import(path.join(here, target + ext))

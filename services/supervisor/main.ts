@@ -11,6 +11,7 @@ import { fleetProcess, NICE } from '../../shared/fleet.ts'
 import { bootstrapDatabase, localSecrets } from '../../shared/db/bootstrap.ts'
 import { isEmbeddedStartError } from '../../shared/db/embedded.ts'
 import { deckRoleName, jobsRoleName, LANE_NAMES, LANE_QUEUES, envPrefix, laneLimits, laneUrl as laneUrlOf } from '../../shared/lanes.ts'
+import { idleTrimMs, startIdleTrim } from '../../shared/idle-trim.ts'
 import { onShutdown, SUPERVISOR_KILL_AFTER_MS } from '../../shared/lifecycle.ts'
 import { createKey, hashKey, readKeyFile } from '../../shared/api-keys.ts'
 import { execFile } from 'node:child_process'
@@ -21,6 +22,8 @@ import { SupervisedChild, waitHealthy, type ChildSpec } from './child.ts'
 import { describeConflicts, portConflicts } from './ports.ts'
 
 const cfg = loadConfig(SUPERVISOR_ENV, process.env)
+// Checked here before any child: a bad value would stop each of them at its start, over and over.
+startIdleTrim({ idleMs: idleTrimMs(process.env) })
 const nodeArgs = (child: string): string[] => [cfg.FLEET_NODE_ARGS, (cfg as Record<string, unknown>)[nodeArgsVar(child)] as string].flatMap(s => s.split(' ').filter(Boolean))
 // Decided once, here: children inherit this terminal, so each would see a TTY
 // of its own. Pretty lines for a person at a terminal, JSON lines otherwise

@@ -35,7 +35,8 @@ export async function startLocalFleet (opts: { dataDir: string, basePort: number
   const env = { ...process.env, DATA_DIR: opts.dataDir, QUIET: 'true', LOG_LEVEL: 'warn', ...Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])), ...opts.env }
   const pin = opts.cpus && hasTaskset() ? opts.cpus : undefined
   const root = path.resolve(import.meta.dirname, '../..')
-  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', 'services/supervisor/main.ts'], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] })
+  // An IPC channel, so the supervisor drains and stops the fleet if this process dies without stopping it.
+  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', 'services/supervisor/main.ts'], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe', 'ipc'] })
   const lines: string[] = []
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`fleet did not start:\n${lines.join('\n')}`)), 120_000)

@@ -1,0 +1,95 @@
+// Giving memory back at idle. V8 grows a process's young generation (two
+// semi-spaces) up to 16 MB each while it allocates fast, as every process does
+// while it loads and under load, and shrinks it again only in a full garbage
+// collection at a low allocation rate. A process that goes idle collects
+// nothing, so it keeps ~32 MB it no longer uses, resident, for as long as it
+// stays idle: most of the gap between a fleet process at idle (~100 MB RSS) and
+// what it holds (docs/benchmarks.md, "Memory at idle").
+//
+// So each long-running process checks its event loop every `idleMs`: after a
+// whole window under `maxUtilization` busy, with a young generation grown past
+// its initial size, it runs one full collection. V8 then shrinks the young
+// generation, and the memory reducer that collection starts compacts the old
+// one over the next seconds. The pause (5–20 ms measured) falls where there is
+// nothing to delay; under load the check never fires. A collection that gave
+// nothing back waits twice as long before the next try (up to ten minutes).
+import { performance } from 'node:perf_hooks'
+import v8 from 'node:v8'
+import vm from 'node:vm'
+import { Type } from 'typebox'
+import { loadConfig } from './config.ts'
+
+export interface IdleTrimOptions {
+  /** Length of the idle window, and how often it is checked. */
+  idleMs: number
+  /** Busy share of the event loop under which a window counts as idle. */
+  maxUtilization?: number
+  /** Called after each collection, e.g. to log it. */
+  onTrim?: (t: { pauseMs: number, newSpaceBeforeMb: number, newSpaceAfterMb: number }) => void
+}
+
+const MB = 1024 * 1024
+const MAX_BACKOFF_MS = 600_000
+
+/** Node's `gc` without --expose-gc on the command line: the flag set now applies to contexts made after it, such as this one. */
+function exposeGc (): ((o: { type: 'major', execution: 'sync' }) => void) | undefined {
+  v8.setFlagsFromString('--expose-gc')
+  const gc: unknown = vm.runInNewContext('typeof gc === "function" ? gc : undefined')
+  return typeof gc === 'function' ? gc as (o: { type: 'major', execution: 'sync' }) => void : undefined
+}
+
+function newSpaceBytes (): number {
+  return v8.getHeapSpaceStatistics().find(s => s.space_name === 'new_space')?.space_size ?? 0
+}
+
+/** Starts the idle check; returns a stop function. A no-op when `idleMs` is 0 or this runtime offers no `gc`. */
+export function startIdleTrim (opts: IdleTrimOptions): () => void {
+  if (opts.idleMs <= 0) return () => {}
+  const gc = exposeGc()
+  if (!gc) return () => {}
+  const maxUtilization = opts.maxUtilization ?? 0.02
+  // The young generation's initial size (1 MB on Node 20–24), then its size after each collection that shrank it.
+  let floor = Math.min(newSpaceBytes(), MB)
+  let last = performance.eventLoopUtilization()
+  let wait = opts.idleMs
+  let idleSince = Date.now()
+  let timer: NodeJS.Timeout
+
+  const check = (): void => {
+    const now = performance.eventLoopUtilization()
+    const busy = performance.eventLoopUtilization(now, last).utilization
+    last = now
+    if (busy >= maxUtilization) {
+      wait = opts.idleMs
+      idleSince = Date.now()
+    } else if (Date.now() - idleSince >= wait) {
+      const before = newSpaceBytes()
+      if (before > floor) {
+        const t0 = performance.now()
+        gc({ type: 'major', execution: 'sync' })
+        const after = newSpaceBytes()
+        opts.onTrim?.({ pauseMs: performance.now() - t0, newSpaceBeforeMb: before / MB, newSpaceAfterMb: after / MB })
+        if (after < before) {
+          floor = after
+          wait = opts.idleMs
+        } else {
+          // Nothing given back (V8 judged the allocation rate too high): try again later, less often.
+          wait = Math.min(wait * 2, MAX_BACKOFF_MS)
+        }
+        idleSince = Date.now()
+      }
+    }
+    timer = setTimeout(check, opts.idleMs).unref()
+  }
+  timer = setTimeout(check, opts.idleMs).unref()
+  return () => clearTimeout(timer)
+}
+
+export const IDLE_TRIM_ENV = Type.Object({
+  IDLE_TRIM_SECONDS: Type.Integer({ minimum: 0, maximum: 3_600, default: 10, description: 'seconds of an idle event loop before one full collection; 0 turns it off' }),
+})
+
+/** `IDLE_TRIM_SECONDS` in milliseconds; a bad value throws ERR_CONFIG_INVALID like every other setting. */
+export function idleTrimMs (env: Record<string, string | undefined>): number {
+  return loadConfig(IDLE_TRIM_ENV, env).IDLE_TRIM_SECONDS * 1000
+}
