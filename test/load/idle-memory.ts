@@ -4,19 +4,28 @@
 // resident set (VmRSS) and the private part of it (RssAnon: heap and code the
 // process does not share) of every process: the supervisor and its Node
 // children, then PostgreSQL's, apart. Extra node flags for every child can be
-// tried with FLEET_NODE_ARGS (e.g. --max-semi-space-size=2).
+// tried with FLEET_NODE_ARGS (e.g. --max-semi-space-size=2). With --load-seconds
+// it first drives card authorizations through the gateway (open loop, --load-rate
+// per second), so "idle" is idle after work, not only after start-up.
 import fs from 'node:fs'
 import { parseArgs } from 'node:util'
 import pg from 'pg'
+import { Pool } from 'undici'
+import { loadCardToken, seedLoadCards } from '../../services/card-auth/seed.ts'
 import { startLocalFleet } from './local-fleet.ts'
+import { runOpenLoop } from './open-loop.ts'
 import { fleetProcesses } from './proc-cpu.ts'
-import { gitCommit, machine, numberFlag, sleep } from './run-info.ts'
+import { gatewayPost, gitCommit, machine, numberFlag, sleep } from './run-info.ts'
 
 const { values: a } = parseArgs({ options: {
   'idle-seconds': { type: 'string', default: '30' },
   'base-port': { type: 'string', default: '18780' },
   'limit-mb': { type: 'string', default: '600' },
+  'load-seconds': { type: 'string', default: '0' },
+  'load-rate': { type: 'string', default: '300' },
 } })
+const loadS = numberFlag(a, 'load-seconds', 0, 3_600)
+const loadRate = numberFlag(a, 'load-rate', 1, 10_000)
 const idleS = numberFlag(a, 'idle-seconds', 0, 3_600)
 const limitMb = numberFlag(a, 'limit-mb', 1, 1_000_000)
 const argv = process.argv.slice(2).join(' ')
@@ -34,7 +43,28 @@ function memKb (pid: number): { rss: number, anon: number, pss: number } {
 
 const fleet = await startLocalFleet({ dataDir: '.data/bench-memory', basePort: numberFlag(a, 'base-port', 1_024, 60_000), env: { LOG_LEVEL: 'warn' } })
 let over = false
+let loaded = ''
 try {
+  if (loadS > 0) {
+    const db = new pg.Client({ connectionString: fleet.databaseUrl })
+    await db.connect()
+    await seedLoadCards(db, 1_000)
+    await db.end()
+    const gw = new Pool(fleet.gatewayUrl, { connections: 256 })
+    let n = 0
+    const r = await runOpenLoop({
+      rate: loadRate,
+      durationMs: loadS * 1000,
+      send: async () => {
+        const i = ++n
+        const res = await gatewayPost(gw, fleet.apiKey, '/v1/authorizations', `mem-${process.pid}-${i}`, { merchantId: 'm_mem', cardToken: loadCardToken(i), amount: { value: 1, currency: 'EUR' } })
+        await res.body.dump()
+        return res.statusCode
+      },
+    })
+    await gw.close()
+    loaded = `after ${loadS} s of ${loadRate} authorizations/s (${r.statuses['201'] ?? 0} of ${r.scheduled} answered 201), then `
+  }
   await sleep(idleS * 1000)
   const db = new pg.Client({ connectionString: fleet.databaseUrl })
   await db.connect()
@@ -47,7 +77,7 @@ try {
   const sum = (rs: typeof rows, k: 'rss' | 'anon' | 'pss'): number => rs.reduce((n, r) => n + r[k], 0)
   over = sum(node, 'rss') / 1024 >= limitMb
   console.log(`\n${command}`)
-  console.log(`${new Date().toISOString()}, commit ${gitCommit()}, ${machine({ kernel: true })}; after ${idleS} s idle\n`)
+  console.log(`${new Date().toISOString()}, commit ${gitCommit()}, ${machine({ kernel: true })}; ${loaded}after ${idleS} s idle\n`)
   console.log('| process | RSS MB | private (RssAnon) MB | PSS MB |')
   console.log('|---|---:|---:|---:|')
   for (const r of node.sort((x, y) => y.rss - x.rss)) console.log(`| ${r.label} | ${mb(r.rss)} | ${mb(r.anon)} | ${mb(r.pss)} |`)
