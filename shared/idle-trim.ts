@@ -2,9 +2,10 @@
 // semi-spaces) up to 16 MB each while it allocates fast, as every process does
 // while it loads and under load, and shrinks it again only in a full garbage
 // collection at a low allocation rate. A process that goes idle collects
-// nothing, so it keeps ~32 MB it no longer uses, resident, for as long as it
-// stays idle: most of the gap between a fleet process at idle (~100 MB RSS) and
-// what it holds (docs/benchmarks.md, "Memory at idle").
+// nothing, and V8's own memory reducer starts only after a collection that
+// happened to shrink the heap: so some idle processes kept ~32 MB they no
+// longer used, resident, for as long as they stayed idle, and some did not
+// (docs/benchmarks.md, "Memory at idle").
 //
 // So each long-running process checks its event loop every `idleMs`: after a
 // whole window under `maxUtilization` busy, with a young generation grown past

@@ -28,7 +28,7 @@ function growYoungGeneration (): void {
   }
 }
 
-t.test('IDLE_TRIM_SECONDS: 10 by default, 0 turns it off, anything else but whole seconds up to an hour stops the process', async t => {
+t.test('IDLE_TRIM_SECONDS: 10 by default, 0 turns it off; a negative, a word or more than an hour stops the process', async t => {
   t.equal(idleTrimMs({}), 10_000)
   t.equal(idleTrimMs({ IDLE_TRIM_SECONDS: '' }), 10_000)
   t.equal(idleTrimMs({ IDLE_TRIM_SECONDS: '0' }), 0)
