@@ -10,14 +10,27 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { promisify } from 'node:util'
 
-export const ROOT = path.resolve(import.meta.dirname, '../..')
+/** The repo: the nearest folder above this file with a package.json (this file also runs compiled, from dist/). */
+export const ROOT = repoRoot(import.meta.dirname)
 
-/** Compile the fleet into `outDir` (absolute, or relative to the repo); returns the entry, services/main.js. */
-export async function buildFleet (outDir: string): Promise<string> {
+function repoRoot (from: string): string {
+  for (let dir = from; ; dir = path.dirname(dir)) {
+    if (fs.existsSync(path.join(dir, 'package.json'))) return dir
+    if (path.dirname(dir) === dir) throw new Error(`no package.json above ${from}`)
+  }
+}
+
+/**
+ * Compile the fleet into `outDir` (absolute, or relative to the repo); returns the
+ * entry, services/main.js. `withSupervisor` compiles the supervisor too (npm start
+ * runs it compiled; the image has none: deploy/tsconfig.local.json).
+ */
+export async function buildFleet (outDir: string, opts: { withSupervisor?: boolean } = {}): Promise<string> {
   const out = path.resolve(ROOT, outDir)
   const tmp = `${out}.tmp-${process.pid}`
   try {
-    await promisify(execFile)('sh', [path.join(ROOT, 'deploy/build-dist.sh'), tmp], { cwd: ROOT, env: { ...process.env, TSC_FLAGS: '--noCheck' } })
+    const tsconfig = opts.withSupervisor ? { TSCONFIG: 'deploy/tsconfig.local.json' } : {}
+    await promisify(execFile)('sh', [path.join(ROOT, 'deploy/build-dist.sh'), tmp], { cwd: ROOT, env: { ...process.env, TSC_FLAGS: '--noCheck', ...tsconfig } })
   } catch (err) {
     fs.rmSync(tmp, { recursive: true, force: true })
     const e = err as { stdout?: string, stderr?: string, message: string }

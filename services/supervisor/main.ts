@@ -16,7 +16,7 @@ import { onShutdown, SUPERVISOR_KILL_AFTER_MS } from '../../shared/lifecycle.ts'
 import { createKey, hashKey, readKeyFile } from '../../shared/api-keys.ts'
 import { execFile } from 'node:child_process'
 import { promisify } from 'node:util'
-import { buildFleet, fleetEntry } from './build.ts'
+import { buildFleet, fleetEntry, ROOT } from './build.ts'
 import { nodeArgsVar, SUPERVISOR_ENV, WORKER_LANES as workerLanes } from './config.ts'
 import { SupervisedChild, waitHealthy, type ChildSpec } from './child.ts'
 import { describeConflicts, portConflicts } from './ports.ts'
@@ -31,16 +31,31 @@ const nodeArgs = (child: string): string[] => [cfg.FLEET_NODE_ARGS, (cfg as Reco
 // through the environment (child.ts spawns with process.env).
 process.env.LOG_FORMAT = cfg.LOG_FORMAT ?? (process.stdout.isTTY ? 'pretty' : 'json')
 
-const root = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../..')
 const dataDir = path.resolve(cfg.DATA_DIR)
 const say = (m: string): void => { process.stdout.write(`[supervisor] ${m}\n`) }
 // What the supervisor has started, for every way it can end (see `stopAll` and the 'exit' hook below).
 const children: SupervisedChild[] = []
 const owned: { stopDatabase?: () => Promise<void> } = {}
 process.once('exit', () => { for (const c of children) c.killNow() })
-onShutdown({ info: (_o, m) => say(m), error: (o, m) => say(`${m}: ${String((o as { err?: unknown }).err)}`) }, stopAll, 2 * SUPERVISOR_KILL_AFTER_MS + 10_000)
+const shutdown = onShutdown({ info: (_o, m) => say(m), error: (o, m) => say(`${m}: ${String((o as { err?: unknown }).err)}`) }, stopAll, 2 * SUPERVISOR_KILL_AFTER_MS + 10_000)
+let stopping = false
+// Run by npm, the supervisor's parent is npm's `sh -c`, which passes no signal on:
+// a SIGTERM to npm alone (a process manager stopping `npm start`) killed the shell
+// and left the whole fleet running. So once that parent is gone, the fleet stops
+// as it does on SIGTERM (unless it is already stopping: a second signal would cut
+// the drain short).
+if (process.env.npm_lifecycle_event) {
+  const parent = process.ppid
+  const watch = setInterval(() => {
+    if (process.ppid === parent) return
+    clearInterval(watch)
+    if (!stopping) shutdown.close()
+  }, 500)
+  watch.unref()
+}
 
 async function stopAll (): Promise<void> {
+  stopping = true
   say('draining the gateway, then the lanes, then PostgreSQL')
   await Promise.all(children.filter(c => c.spec.name === 'gateway').map(c => c.stop()))
   await Promise.all(children.filter(c => c.spec.name !== 'gateway').map(c => c.stop()))
@@ -66,8 +81,12 @@ const conflicts = await portConflicts([
 ])
 if (conflicts.length > 0) await fail(describeConflicts(conflicts))
 
-let entry = fleetEntry(cfg.FLEET_DIST)
-if (!cfg.FLEET_PREBUILT) {
+// Run compiled (npm start, start.mjs), the supervisor is part of the tree it was
+// compiled into and starts that fleet; run from source (the tests and benches),
+// it compiles the fleet to FLEET_DIST unless FLEET_PREBUILT.
+const compiledSelf = path.extname(import.meta.filename) === '.js'
+let entry = compiledSelf ? path.resolve(import.meta.dirname, '../main.js') : fleetEntry(cfg.FLEET_DIST)
+if (!compiledSelf && !cfg.FLEET_PREBUILT) {
   say(`compiling the fleet to ${cfg.FLEET_DIST}/`)
   entry = await buildFleet(cfg.FLEET_DIST).catch(err => fail((err as Error).message))
 }
@@ -83,7 +102,7 @@ if (db.embedded) owned.stopDatabase = () => db.embedded!.stop()
 // Lane-owned tools run as the fleet's own compiled commands: the supervisor imports no lane code.
 const run = promisify(execFile)
 const tool = (name: string, args: string[], env: Record<string, string> = {}) =>
-  run(process.execPath, [entry, name, ...args], { cwd: root, env: { ...process.env, ...env } })
+  run(process.execPath, [entry, name, ...args], { cwd: ROOT, env: { ...process.env, ...env } })
 const demoCards = JSON.parse((await tool('seed-cards', ['demo'], { DATABASE_URL: db.superUrl })).stdout) as Array<{ token: string, currency: string, available: number, status: string }>
 
 // The local API key: kept in credentials.json (0600) and reused while it is live.

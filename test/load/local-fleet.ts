@@ -1,4 +1,4 @@
-// A whole local fleet for benchmarks and drills: `npm start`'s supervisor in its
+// A whole local fleet for benchmarks and drills: `npm start` (start.mjs) in its
 // own data directory and ports (so it can run beside a developer's fleet),
 // optionally pinned to given CPUs with taskset so the load generator does not
 // compete with it for a core. The fleet starts on every CPU (eight processes
@@ -36,7 +36,8 @@ export async function startLocalFleet (opts: { dataDir: string, basePort: number
   const pin = opts.cpus && hasTaskset() ? opts.cpus : undefined
   const root = path.resolve(import.meta.dirname, '../..')
   // An IPC channel, so the supervisor drains and stops the fleet if this process dies without stopping it.
-  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', 'services/supervisor/main.ts'], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe', 'ipc'] })
+  // `npm start`'s own launcher: the supervisor compiled, as a user runs it.
+  const child: ChildProcess = spawn(process.execPath, ['services/supervisor/start.mjs'], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe', 'ipc'] })
   const lines: string[] = []
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`fleet did not start:\n${lines.join('\n')}`)), 120_000)

@@ -6,7 +6,8 @@ import { buildFleet } from '../../services/supervisor/build.ts'
 import { DIST_DIR, RUN_ID, STATE_FILE } from './state.ts'
 
 fs.rmSync(STATE_FILE, { force: true })
-const built = buildFleet(DIST_DIR).then(() => undefined, (err: Error) => err)
+// With the supervisor: the drill's fleet runs it compiled, as `npm start` does.
+const built = buildFleet(DIST_DIR, { withSupervisor: true }).then(() => undefined, (err: Error) => err)
 const child = spawn(process.execPath, ['--import', 'tsx', 'test/setup/pg-daemon.ts'], {
   detached: true,
   // The server process is not measured (see test/helpers/procs.ts).

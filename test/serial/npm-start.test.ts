@@ -1,0 +1,66 @@
+// `npm start` as the README gives it, through npm itself: it compiles the fleet
+// with the supervisor in it and runs that supervisor compiled (no TypeScript
+// loader in any long-running process), and a SIGTERM to npm alone, as a process
+// manager stopping `npm start` sends it, drains and stops the whole fleet: npm's
+// `sh -c` passes no signal on, and it had left every process running.
+// (DATABASE_URL points it at the test's database instead of a second embedded server.)
+import { spawn } from 'node:child_process'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import readline from 'node:readline'
+import t from 'tap'
+import { testDatabase } from '../helpers/db.ts'
+import { eventually } from '../helpers/http.ts'
+import { freePort, freePorts, ROOT } from '../helpers/procs.ts'
+import { DIST_DIR } from '../setup/state.ts'
+
+const db = await testDatabase(t)
+const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'wt-npm-start-'))
+// Inside the repo (node_modules must resolve), beside the run's own build.
+const dist = path.join(path.dirname(DIST_DIR), 'npm-start-dist')
+t.teardown(() => {
+  fs.rmSync(dataDir, { recursive: true, force: true })
+  fs.rmSync(dist, { recursive: true, force: true })
+})
+const single = { GATEWAY_PORT: await freePort(), TAX_SANDBOX_PORT: await freePort(), CARD_AUTH_PORT: await freePort(), FRAUD_PORT: await freePort(), TAX_PORT: await freePort(), DECK_PORT: await freePort() }
+const ports = { ...single, WORKER_PORT: await freePorts(2, Object.values(single)) }
+const npm = process.env.npm_execpath ? [process.execPath, process.env.npm_execpath] : ['npm']
+const proc = spawn(npm[0]!, [...npm.slice(1), 'start'], {
+  cwd: ROOT,
+  env: { ...process.env, ...db.env, DATABASE_URL: db.superUrl, DATA_DIR: dataDir, FLEET_DIST: path.relative(ROOT, dist), LOG_LEVEL: 'warn', ...Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])) },
+  stdio: ['ignore', 'pipe', 'pipe'],
+})
+const lines: string[] = []
+readline.createInterface({ input: proc.stdout! }).on('line', l => lines.push(l))
+readline.createInterface({ input: proc.stderr! }).on('line', l => lines.push(l))
+const alive = (pid: number): boolean => { try { process.kill(pid, 0); return true } catch { return false } }
+const parentOf = (pid: number): number => Number(fs.readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /, '').split(' ')[1])
+const cmdline = (pid: number): string[] => fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean)
+const started: number[] = []
+t.teardown(() => {
+  for (const pid of [proc.pid!, ...started]) if (alive(pid)) process.kill(pid, 'SIGKILL')
+})
+
+t.test('npm start runs the supervisor compiled; SIGTERM to npm alone stops the whole fleet', async t => {
+  const up = await eventually(async () => lines.find(l => l.includes('fleet is up')), 120_000, 100)
+  if (!up) return t.fail(`the fleet did not come up:\n${lines.slice(-40).join('\n')}`)
+  t.ok(lines.some(l => l.includes(`compiling the fleet to ${path.relative(ROOT, dist)}/`)), 'it compiled the fleet first')
+  const pids = [...up.matchAll(/([a-z-]+)=(\d+)/g)].map(m => Number(m[2]))
+  t.equal(pids.length, 8, 'eight children')
+  const supervisor = parentOf(pids[0]!)
+  started.push(supervisor, ...pids)
+  t.ok(pids.every(pid => parentOf(pid) === supervisor), 'one supervisor is the parent of every child')
+  t.same(cmdline(supervisor).slice(1), ['services/supervisor/start.mjs'], 'the supervisor process is `node services/supervisor/start.mjs`: no TypeScript loader')
+  t.ok(fs.existsSync(path.join(dist, 'services/supervisor/main.js')), 'its code is the compiled supervisor in FLEET_DIST')
+  for (const pid of pids) t.equal(cmdline(pid)[1], path.join(dist, 'services/main.js'), `child ${pid} runs the same compiled tree`)
+
+  const exited = new Promise<number | null>(resolve => proc.once('exit', code => resolve(code)))
+  proc.kill('SIGTERM') // npm only, not its process group
+  await exited
+  const gone = await eventually(async () => [supervisor, ...pids].every(pid => !alive(pid)) || undefined, 60_000, 100)
+  t.ok(gone, `supervisor and children gone (left: ${[supervisor, ...pids].filter(alive).join(' ') || 'none'})`)
+  t.ok(lines.some(l => l.includes('draining the gateway, then the lanes')), 'the supervisor drained in order')
+  const stopped = lines.some(l => l === '[supervisor] stopped')
+  t.ok(stopped, `and said it stopped${stopped ? '' : '\n' + lines.filter(l => l.startsWith('[')).slice(-6).join('\n')}`)
+})
