@@ -63,7 +63,9 @@ export async function buildApp (cfg: GatewayConfig) {
       return problemReply(reply, new AppError('ERR_GATEWAY_OVERLOADED', { detail: `gateway under pressure (${type})`, headers: overloaded.headers, extensions: overloaded.extensions })) as unknown as void
     },
   })
-  await app.register(retryGuard, { config: cfg.retry ?? RETRY_GUARD_DEFAULTS, onBlock: reason => blocked.inc({ reason }) })
+  // A request can be in flight to a lane for its deadline, the gateway's extra second and a connect (upstreams.ts).
+  const maxInFlightMs = Math.max(...Object.values(cfg.limits).map(l => l.deadlineMs)) + 2_000
+  await app.register(retryGuard, { config: cfg.retry ?? RETRY_GUARD_DEFAULTS, onBlock: reason => blocked.inc({ reason }), maxInFlightMs })
   // The fleet's one rejection counter, by lane and reason: what the gateway refuses
   // on a lane's behalf (retry storms, a lane down, its cap full) counts there too.
   const rejected = new client.Counter({ name: 'bulkhead_rejection_total', help: 'Requests rejected before reaching the lane, by reason', labelNames: ['lane', 'reason'], registers: [registry] })

@@ -5,7 +5,10 @@
 //    keyed by client and key, on a sliding log (gateway/sliding-log.ts), not the
 //    plugin's fixed windows, which let up to 8 attempts through around a window
 //    edge. Refused attempts count too: the limit is on attempts, so a client
-//    that retries without backoff stays refused until it waits as told;
+//    that retries without backoff stays refused until it waits as told. An
+//    attempt passed on counts until it is answered, and its window runs from
+//    the answer: so at most 4 attempts of a key reach a lane in any 10 s also
+//    when the lane is backed up and receives them late (SlidingLog.hold);
 //  - backoff: a retry that comes back sooner than the Retry-After its key was
 //    given is refused unprocessed (ADV-IR-01: no requests without backoff);
 //  - retry budget: a client's retries may be at most `budgetRatio` of its
@@ -20,7 +23,7 @@ import fp from 'fastify-plugin'
 import rateLimit, { type RateLimitPluginOptions } from '@fastify/rate-limit'
 import { AppError } from '../shared/errors.ts'
 import { rateLimitFields } from '../shared/rate-limit-fields.ts'
-import { slidingLogStore } from './sliding-log.ts'
+import { SlidingLog, slidingLogStore } from './sliding-log.ts'
 
 export interface RetryGuardConfig {
   /** Attempts of one (client, key) allowed per window: 4 = the first try and 3 retries. */
@@ -51,7 +54,7 @@ const EARLY_TOLERANCE = 0.2
 /** The spec's Retry-After for a refused retry (ADV-IR-01: "MUST include Retry-After: 5"). */
 export const RETRY_STORM_MIN_RETRY_AFTER_S = 5
 
-type Limiter = (req: FastifyRequest) => Promise<{ isAllowed: boolean, isExceeded?: boolean, ttlInSeconds?: number }>
+type Limiter = (req: FastifyRequest) => Promise<{ isAllowed: boolean, isExceeded?: boolean, ttlInSeconds?: number, key: string }>
 type CreateLimiter = (o: object) => Limiter
 
 /**
@@ -69,16 +72,25 @@ async function limiters (app: FastifyInstance, opts: RateLimitPluginOptions): Pr
   return create!
 }
 
-export interface RetryGuardOptions { config: RetryGuardConfig, onBlock: (reason: BlockReason) => void }
+export interface RetryGuardOptions {
+  config: RetryGuardConfig
+  onBlock: (reason: BlockReason) => void
+  /** The longest a request can be in flight to a lane (its deadline, the gateway's wait, the connect): bounds a hold whose answer never comes. */
+  maxInFlightMs: number
+}
+
+const HELD = Symbol('retry-guard-held')
+type Held = FastifyRequest & { [HELD]?: string }
 
 /**
  * The guard as a plugin: decorates `app.retryGuard(req)`, which a route calls
  * once it knows the client (it throws the refusal), and adds the onSend hook
  * that notes each answer's Retry-After. Not encapsulated: the hook sees every answer.
  */
-const retryGuardPlugin: FastifyPluginAsync<RetryGuardOptions> = async (app, { config: cfg, onBlock }) => {
+const retryGuardPlugin: FastifyPluginAsync<RetryGuardOptions> = async (app, { config: cfg, onBlock, maxInFlightMs }) => {
   const clientOf = (req: FastifyRequest): string => (req as FastifyRequest & { clientId: string }).clientId
-  const perKey = (await limiters(app, { store: slidingLogStore({ capacity: cfg.seenCapacity, countRejected: true }) }))({
+  const attemptLog = new SlidingLog({ capacity: cfg.seenCapacity, countRejected: true })
+  const perKey = (await limiters(app, { store: slidingLogStore(attemptLog) }))({
     max: cfg.perKeyAttempts, timeWindow: cfg.windowMs, keyGenerator: (req: FastifyRequest) => `k:${clientOf(req)}:${String(req.headers['idempotency-key'])}`,
   })
   const perClient = (await limiters(app, {}))({ max: cfg.clientRateMax, timeWindow: cfg.clientRateWindowMs, keyGenerator: (req: FastifyRequest) => `c:${clientOf(req)}` })
@@ -112,6 +124,16 @@ const retryGuardPlugin: FastifyPluginAsync<RetryGuardOptions> = async (app, { co
     done(null, payload)
   })
 
+  // An attempt held in flight counts from its answer (or from an abort) on.
+  const release = (req: FastifyRequest): void => {
+    const key = (req as Held)[HELD]
+    if (key === undefined) return
+    delete (req as Held)[HELD]
+    attemptLog.release(key)
+  }
+  app.addHook('onResponse', (req, _reply, done) => { release(req); done() })
+  app.addHook('onRequestAbort', (req, done) => { release(req); done() })
+
   app.decorate('retryGuard', async function guard (req: FastifyRequest): Promise<void> {
     const client = clientOf(req)
     const rate = await perClient(req)
@@ -134,6 +156,9 @@ const retryGuardPlugin: FastifyPluginAsync<RetryGuardOptions> = async (app, { co
     if (!attempts.isAllowed && attempts.isExceeded) {
       block('retry_storm', `more than ${cfg.perKeyAttempts - 1} retries of this Idempotency-Key within ${windowSec} s`, 'retry-storm', cfg.perKeyAttempts, windowSec, attempts.ttlInSeconds ?? windowSec, 'ERR_RETRY_STORM_BLOCKED')
     }
+    attemptLog.hold(attempts.key, maxInFlightMs)
+    const held: Held = req
+    held[HELD] = attempts.key
     // ADV-IR-01 forbids processing requests without client backoff. HTTP has no
     // request header by which a client declares it backs off, but its retries
     // show it: a retry of a key that was told Retry-After N and comes back

@@ -62,6 +62,34 @@ t.test('SlidingLog counting refused attempts: a client that never backs off stay
   t.ok(log.hit('k', 1_000, MAX).current <= MAX, 'admitted once it waited the ttl it was given')
 })
 
+t.test('SlidingLog hold/release: an attempt counts until its answer, and its window runs from the answer', async t => {
+  let now = 0
+  const log = new SlidingLog({ capacity: 100, countRejected: true }, () => now)
+  const W10 = 10_000
+  // Four attempts admitted in the first 30 ms, all in flight to a backed-up lane that answers them at 3 s.
+  for (now = 0; now <= 30; now += 10) { t.ok(log.hit('k', W10, MAX).current <= MAX, `admitted at ${now} ms`); log.hold('k', 5_000) }
+  now = 2_000
+  t.equal(log.hit('k', W10, MAX).current, MAX + 1, 'in flight, they count')
+  now = 3_000 // the lane answers all four
+  for (let i = 0; i < 4; i++) log.release('k')
+  now = 10_100
+  t.equal(log.hit('k', W10, MAX).current, MAX + 1, '10.1 s after the admissions, still refused: they were answered at 3 s')
+  const h = log.peek('k', W10, MAX)
+  t.equal(h.ttl, 2_900, 'room again when the answer of 3 s leaves the window (13 s)')
+  now = 13_000
+  t.ok(log.hit('k', W10, MAX).current <= MAX, 'admitted 10 s after the answers')
+
+  // A hold whose answer never comes (a path that sends none) lasts holdMs, then one window.
+  const lost = new SlidingLog({ capacity: 100, countRejected: false }, () => now)
+  now = 0
+  for (let i = 0; i < MAX; i++) { lost.hit('k', W10, MAX); lost.hold('k', 5_000) }
+  now = 14_999
+  t.equal(lost.hit('k', W10, MAX).current, MAX + 1, 'held to 5 s, it counts until 15 s')
+  now = 15_000
+  t.ok(lost.hit('k', W10, MAX).current <= MAX, 'and no longer: a lost answer does not block the key for ever')
+  t.equal(log.size + lost.size, 2, 'held keys are not swept while held')
+})
+
 t.test('SlidingLog memory is bounded: idle keys are dropped, and never more than capacity', async t => {
   let now = 0
   const log = new SlidingLog({ capacity: 1_000, countRejected: true }, () => now)
