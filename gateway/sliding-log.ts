@@ -138,14 +138,12 @@ type Callback = (err: Error | null, res?: { current: number, ttl: number }) => v
  * A store class for @fastify/rate-limit's `store` option (its interface:
  * `incr`/`read` with `(key, cb, timeWindow, max)`, and `child(routeOptions)`
  * for each limiter made with `createRateLimit`; the plugin refuses when
- * `current > max`). Each limiter gets its own log, unless one SlidingLog is
- * given: then every limiter of the store shares it (the caller holds and
- * releases its entries).
+ * `current > max`). Every limiter of the store shares the one log given, so
+ * its owner can hold and release entries (the retry guard makes one limiter).
  */
-export function slidingLogStore (opts: SlidingLogOptions | SlidingLog) {
-  const shared = opts instanceof SlidingLog ? opts : undefined
+export function slidingLogStore (log: SlidingLog) {
   return class SlidingLogStore {
-    readonly log = shared ?? new SlidingLog(opts as SlidingLogOptions)
+    readonly log = log
     incr (key: string, cb: Callback, timeWindow: number, max: number): void { cb(null, this.log.hit(key, timeWindow, max)) }
     read (key: string, cb: Callback, timeWindow: number, max: number): void { cb(null, this.log.peek(key, timeWindow, max)) }
     child (): SlidingLogStore { return new SlidingLogStore() }
