@@ -9,6 +9,7 @@ import { Type } from 'typebox'
 import { loadConfig } from './config.ts'
 import { AppError } from './errors.ts'
 import { installProblemHandlers, problemBody } from './problem.ts'
+import { LOG_FORMATS } from './log-formats.ts'
 
 export interface HttpAppOptions {
   logger?: FastifyServerOptions['logger']
@@ -153,7 +154,6 @@ function lingerAfter (req: IncomingMessage, res: ServerResponse, bounds: DrainBo
  * a terminal: `npm start` sets it for its children when its own stdout is a
  * TTY; anything else (tests, containers, a pipe) gets JSON lines.
  */
-export const LOG_FORMATS = ['json', 'pretty'] as const
 export const LOG_SCHEMA = Type.Object({
   LOG_LEVEL: Type.Union(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].map(l => Type.Literal(l)), { default: 'info' }),
   LOG_FORMAT: Type.Union(LOG_FORMATS.map(f => Type.Literal(f)), { default: 'json', description: 'json lines, or pretty (pino-pretty) for a terminal' }),

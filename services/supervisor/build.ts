@@ -1,8 +1,9 @@
-// The fleet's processes run as compiled JavaScript, the same files the container
-// image runs (deploy/build-dist.sh), never under a TypeScript loader: a loader
-// adds a hooks thread and ~40 MB to every process (gateway: 165 MB RSS under
-// tsx, 121 MB compiled; start-up CPU 3.2 s -> 1.6 s), and a process that must
-// exit when its supervisor is gone must not depend on that thread to do it.
+// The fleet's processes run as compiled JavaScript, bundled (deploy/bundle.mjs),
+// the same files the container image runs (deploy/build-dist.sh), never under a
+// TypeScript loader: a loader adds a hooks thread and ~40 MB to every process
+// (gateway: 165 MB RSS under tsx, 121 MB compiled; start-up CPU 3.2 s -> 1.6 s),
+// and a process that must exit when its supervisor is gone must not depend on
+// that thread to do it.
 // Built into a fresh directory and swapped in, so a build never leaves a half
 // tree where a running fleet loads modules.
 import { execFile } from 'node:child_process'
@@ -21,16 +22,15 @@ function repoRoot (from: string): string {
 }
 
 /**
- * Compile the fleet into `outDir` (absolute, or relative to the repo); returns the
- * entry, services/main.js. `withSupervisor` compiles the supervisor too (npm start
- * runs it compiled; the image has none: deploy/tsconfig.local.json).
+ * Bundle the fleet into `outDir` (absolute, or relative to the repo); returns the
+ * entry, services/main.js. `withSupervisor` bundles the supervisor too (npm start
+ * runs it compiled; the image has none).
  */
 export async function buildFleet (outDir: string, opts: { withSupervisor?: boolean } = {}): Promise<string> {
   const out = path.resolve(ROOT, outDir)
   const tmp = `${out}.tmp-${process.pid}`
   try {
-    const tsconfig = opts.withSupervisor ? { TSCONFIG: 'deploy/tsconfig.local.json' } : {}
-    await promisify(execFile)('sh', [path.join(ROOT, 'deploy/build-dist.sh'), tmp], { cwd: ROOT, env: { ...process.env, TSC_FLAGS: '--noCheck', ...tsconfig } })
+    await promisify(execFile)('sh', [path.join(ROOT, 'deploy/build-dist.sh'), tmp, ...(opts.withSupervisor ? ['--with-supervisor'] : [])], { cwd: ROOT })
   } catch (err) {
     fs.rmSync(tmp, { recursive: true, force: true })
     const e = err as { stdout?: string, stderr?: string, message: string }

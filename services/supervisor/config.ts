@@ -2,7 +2,7 @@
 // docs/operations.md "Supervisor" lists it, held to it by test/config-docs.test.ts.
 import { Type } from 'typebox'
 import { FLEET, fleetProcess } from '../../shared/fleet.ts'
-import { LOG_FORMATS } from '../../shared/http-app.ts'
+import { LOG_FORMATS } from '../../shared/log-formats.ts'
 import { LANE_NAMES, LANE_QUEUES } from '../../shared/lanes.ts'
 
 export const WORKER_LANES = LANE_NAMES.filter(n => LANE_QUEUES[n].length > 0)

@@ -3,9 +3,9 @@
 // for a given instant the way the package itself resolves them.
 import { createRequire } from 'node:module'
 
-const require = createRequire(import.meta.url)
+const requireData = createRequire(import.meta.url)
 interface RateNode { rate?: number, type?: string, currency?: string, states?: Record<string, RateNode>, before?: Record<string, RateNode> }
-const TABLE = require('sales-tax/res/sales_tax_rates.json') as Record<string, RateNode>
+const TABLE = requireData('sales-tax/res/sales_tax_rates.json') as Record<string, RateNode>
 
 /** The node in force at `at`: the earliest `before` date still in the future, else the current one. */
 function inForce (node: RateNode, at: Date): RateNode {

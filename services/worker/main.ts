@@ -17,6 +17,7 @@ import { WORKER_ENV } from './config.ts'
 import { BUILTIN_JOBS } from './builtin-jobs.ts'
 import type { JobType } from '../../shared/queue/job-types.ts'
 import { Worker } from './runner.ts'
+import { treePath } from '../../shared/tree.ts'
 
 const cfg = loadConfig(WORKER_ENV, process.env)
 // WORKER_PRESSURE_MAX_EVENT_LOOP_DELAY_MS / _UTILIZATION / _HEAP_BYTES / _RSS_BYTES
@@ -31,7 +32,7 @@ const lanePools: Partial<Record<LaneName, pg.Pool>> = {}
 for (const lane of LANE_NAMES) {
   if (!LANE_QUEUES[lane].some(q => queueNames.includes(q))) continue
   // .ts from source (tsx), .js once compiled (the container image).
-  const file = path.resolve(import.meta.dirname, `../${lane}/jobs/index${path.extname(import.meta.filename)}`)
+  const file = treePath(`services/${lane}/jobs/index${path.extname(import.meta.filename)}`)
   if (!existsSync(file)) continue
   types.push(...((await import(file)) as { jobTypes: () => JobType[] }).jobTypes())
   // The lane's jobs run with the lane's own role, on the share of its CONNECTION

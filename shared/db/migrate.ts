@@ -2,13 +2,12 @@
 // node-pg-migrate. Two processes booting at once wait on one blocking advisory
 // lock (node-pg-migrate's own lock fails instead of waiting), so the second one
 // finds everything applied. Roles are provisioned in the same critical section.
-import path from 'node:path'
-import { fileURLToPath } from 'node:url'
 import pg from 'pg'
 import { runner } from 'node-pg-migrate'
 import { provisionRoles } from './roles.ts'
+import { treePath } from '../tree.ts'
 
-export const MIGRATIONS_DIR = path.join(path.dirname(fileURLToPath(import.meta.url)), 'migrations')
+export const MIGRATIONS_DIR = treePath('shared/db/migrations')
 const LOCK_KEY = 727_001 // arbitrary, fleet-wide constant
 
 export interface MigrateOptions {

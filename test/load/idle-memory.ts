@@ -1,5 +1,5 @@
 // `npm run bench:memory`: what the fleet holds in memory at idle (issue 15 item 5:
-// under 600 MB for the fleet's Node processes). Starts the fleet (npm start's
+// under 600 MB for the fleet's eight Node processes). Starts the fleet (npm start's
 // supervisor, its own data directory and ports), lets it idle, and prints the
 // resident set (VmRSS) and the private part of it (RssAnon: heap and code the
 // process does not share) of every process: the supervisor and its Node
@@ -83,17 +83,22 @@ try {
   const pgRows = rows.filter(r => r.label.startsWith('pg:'))
   const mb = (kb: number): string => (kb / 1024).toFixed(1)
   const sum = (rs: typeof rows, k: 'rss' | 'anon' | 'pss' | 'cpu'): number => rs.reduce((n, r) => n + r[k], 0)
-  over = sum(node, 'rss') / 1024 >= limitMb
+  // The limit is on the fleet: the eight processes the issue counts (the supervisor, the
+  // gateway, three lanes, two workers, the deck), not the tax sandbox standing in for the
+  // provider, nor embedded PostgreSQL's daemon (part of the database a deployment is given).
+  const fleetRows = node.filter(r => r.label !== 'tax-sandbox' && !r.label.includes('embedded-daemon'))
+  over = sum(fleetRows, 'rss') / 1024 >= limitMb
   console.log(`\n${command}`)
   console.log(`${new Date().toISOString()}, commit ${gitCommit()}, ${machine({ kernel: true })}; ${loaded}after ${idleS} s idle\n`)
   const ms = (v: number): string => v.toFixed(2)
   console.log('| process | RSS MB | private (RssAnon) MB | PSS MB | CPU while idle, ms per s |')
   console.log('|---|---:|---:|---:|---:|')
   for (const r of node.sort((x, y) => y.rss - x.rss)) console.log(`| ${r.label} | ${mb(r.rss)} | ${mb(r.anon)} | ${mb(r.pss)} | ${ms(r.cpu)} |`)
+  console.log(`| **the fleet (${fleetRows.length})** | **${mb(sum(fleetRows, 'rss'))}** | **${mb(sum(fleetRows, 'anon'))}** | **${mb(sum(fleetRows, 'pss'))}** | **${ms(sum(fleetRows, 'cpu'))}** |`)
   console.log(`| **Node processes (${node.length})** | **${mb(sum(node, 'rss'))}** | **${mb(sum(node, 'anon'))}** | **${mb(sum(node, 'pss'))}** | **${ms(sum(node, 'cpu'))}** |`)
   console.log(`| PostgreSQL (${pgRows.length} processes; RSS counts shared buffers in each) | ${mb(sum(pgRows, 'rss'))} | ${mb(sum(pgRows, 'anon'))} | ${mb(sum(pgRows, 'pss'))} | ${ms(sum(pgRows, 'cpu'))} |`)
   // The limit is on the sum of RSS, as the issue states it; PSS is printed beside it, not instead of it.
-  console.log(`\nNode processes at idle: ${mb(sum(node, 'rss'))} MB RSS, ${over ? 'over' : 'under'} the ${limitMb} MB limit (PSS ${mb(sum(node, 'pss'))} MB: shared pages such as the node binary's counted once)`)
+  console.log(`\nThe fleet at idle (${fleetRows.length} processes): ${mb(sum(fleetRows, 'rss'))} MB RSS, ${over ? 'over' : 'under'} the ${limitMb} MB limit (PSS ${mb(sum(fleetRows, 'pss'))} MB: shared pages such as the node binary's counted once); with the tax sandbox and the embedded server's daemon, ${mb(sum(node, 'rss'))} MB`)
 } finally {
   await fleet.stop()
 }

@@ -3,6 +3,7 @@
 // visible, and a certificate is only valid for the exact table it checked.
 import crypto from 'node:crypto'
 import fs from 'node:fs'
+import { treePath } from '../../../shared/tree.ts'
 
 export interface RateTable { version: string, source?: string, rates: Record<string, number>, checksum: string }
 
@@ -11,7 +12,7 @@ export function tableChecksum (t: { version: string, rates: Record<string, numbe
   return 'sha256:' + crypto.createHash('sha256').update(canonical).digest('hex')
 }
 
-export const DEFAULT_TABLE_FILE = new URL('./rates-table.json', import.meta.url).pathname
+export const DEFAULT_TABLE_FILE = treePath('services/tax/compensation/rates-table.json')
 
 export function readTable (file: string): RateTable {
   const t = JSON.parse(fs.readFileSync(file, 'utf8')) as RateTable
