@@ -56,6 +56,9 @@ export async function bundle (outDir, { withSupervisor = false } = {}) {
     external: EXTERNAL,
     // The CommonJS packages bundled into ES modules (fastify, pg, ...) call require() for Node's own modules.
     banner: { js: "import { createRequire as __wtRequire } from 'node:module'; const require = __wtRequire(import.meta.url);" },
+    // Maps beside the files, for NODE_OPTIONS=--enable-source-maps (off by default: 3-4 MB a process).
+    sourcemap: 'linked',
+    sourcesContent: false,
     logLevel: 'warning',
     metafile: true,
   })
