@@ -6,12 +6,13 @@
 import fs from 'node:fs'
 import path from 'node:path'
 
-export const TREE = findTree(import.meta.dirname)
+export const TREE = findUp(import.meta.dirname, 'shared/db/migrations')
 
-function findTree (from: string): string {
+/** The nearest folder, from `from` upward, that holds `entry`. */
+export function findUp (from: string, entry: string): string {
   for (let dir = from; ; dir = path.dirname(dir)) {
-    if (fs.existsSync(path.join(dir, 'shared/db/migrations'))) return dir
-    if (path.dirname(dir) === dir) throw new Error(`no shared/db/migrations above ${from}`)
+    if (fs.existsSync(path.join(dir, entry))) return dir
+    if (path.dirname(dir) === dir) throw new Error(`no ${entry} above ${from}`)
   }
 }
 

@@ -10,16 +10,10 @@ import { execFile } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import { promisify } from 'node:util'
+import { findUp } from '../../shared/tree.ts'
 
 /** The repo: the nearest folder above this file with a package.json (this file also runs compiled, from dist/). */
-export const ROOT = repoRoot(import.meta.dirname)
-
-function repoRoot (from: string): string {
-  for (let dir = from; ; dir = path.dirname(dir)) {
-    if (fs.existsSync(path.join(dir, 'package.json'))) return dir
-    if (path.dirname(dir) === dir) throw new Error(`no package.json above ${from}`)
-  }
-}
+export const ROOT = findUp(import.meta.dirname, 'package.json')
 
 /**
  * Bundle the fleet into `outDir` (absolute, or relative to the repo); returns the
