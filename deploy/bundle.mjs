@@ -58,6 +58,10 @@ export async function bundle (outDir, { withSupervisor = false } = {}) {
     banner: { js: "import { createRequire as __wtRequire } from 'node:module'; const require = __wtRequire(import.meta.url);" },
     // Maps beside the files, for NODE_OPTIONS=--enable-source-maps (off by default: 3-4 MB a process).
     sourcemap: 'linked',
+    // A process keeps its modules' source text in its heap for as long as it runs (V8 compiles
+    // functions lazily, from it): whitespace and syntax minified, the names kept for stack traces.
+    minifyWhitespace: true,
+    minifySyntax: true,
     sourcesContent: false,
     logLevel: 'warning',
     metafile: true,

@@ -7,13 +7,35 @@ import type pg from 'pg'
 import { LANE_STATES, type LaneStateName } from './lane-state.ts'
 import type { RejectReason } from './bulkhead.ts'
 import { poolCounts } from './db/pool.ts'
+import { idleTrimStats } from './idle-trim.ts'
 import { LatencyWindow as SlidingLatency } from './latency-window.ts'
 
 export function createRegistry (processName: string): client.Registry {
   const registry = new client.Registry()
   registry.setDefaultLabels({ process: processName })
   client.collectDefaultMetrics({ register: registry })
+  idleTrimMetrics(registry)
   return registry
+}
+
+/** What shared/idle-trim.ts did in this process: its collections, their pauses, and the heap they freed. */
+function idleTrimMetrics (registry: client.Registry): void {
+  const counter = (name: string, help: string, read: () => number): void => {
+    let reported = 0
+    new client.Counter({
+      name,
+      help,
+      registers: [registry],
+      collect () {
+        const now = read()
+        if (now > reported) this.inc(now - reported)
+        reported = now
+      },
+    })
+  }
+  counter('idle_trim_collections_total', 'Full collections run by the idle check (IDLE_TRIM_SECONDS)', () => idleTrimStats.collections)
+  counter('idle_trim_pause_seconds_total', 'Time those collections paused the event loop', () => idleTrimStats.pauseSeconds)
+  counter('idle_trim_freed_bytes_total', 'Heap those collections freed', () => idleTrimStats.freedBytes)
 }
 
 export const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.12, 0.25, 0.5, 1, 2.5, 5, 10]

@@ -2,21 +2,26 @@
 // generation grew while it started gives it back once its event loop has been
 // idle for IDLE_TRIM_SECONDS, and one with the check off keeps it; a busy loop
 // is never interrupted by the collection; a bad setting stops the process.
+import { execFile } from 'node:child_process'
+import { promisify } from 'node:util'
 import v8 from 'node:v8'
 import t from 'tap'
 import { idleTrimMs, startIdleTrim } from '../shared/idle-trim.ts'
 import { call, eventually } from './helpers/http.ts'
-import { startProcess } from './helpers/procs.ts'
+import { ROOT, startProcess } from './helpers/procs.ts'
+
+const run = promisify(execFile)
 
 const MB = 1024 * 1024
 const newSpaceMb = (): number => (v8.getHeapSpaceStatistics().find(s => s.space_name === 'new_space')?.space_size ?? 0) / MB
 
-/** A process's young generation, committed, from its prom-client default metrics. */
-async function remoteNewSpaceMb (url: string): Promise<number> {
+/** A process's young generation, committed, and the idle check's collections, from its /metrics. */
+async function remote (url: string): Promise<{ newSpaceMb: number, collections: number }> {
   const text = (await call(url + '/metrics')).body as string
   const m = /^nodejs_heap_space_size_total_bytes\{space="new"[^}]*\} (\d+)/m.exec(text)
-  if (!m) throw new Error('no new-space size in /metrics')
-  return Number(m[1]) / MB
+  const c = /^idle_trim_collections_total\{[^}]*\} (\d+)/m.exec(text)
+  if (!m || !c) throw new Error('no new-space size or idle_trim_collections_total in /metrics')
+  return { newSpaceMb: Number(m[1]) / MB, collections: Number(c[1]) }
 }
 
 /** Allocation that survives a few scavenges, the pattern that makes V8 grow its semi-spaces. */
@@ -61,6 +66,14 @@ t.test('in this process: no collection while the loop is busy; once it is idle, 
   t.equal(trims.at(-1), shrank, 'and no collection after the one that shrank it')
 })
 
+t.test('the idle collection collects the old generation too: what a load left there is freed', async t => {
+  // Run alone, so no other code's allocation decides what the collection finds.
+  const r = await run(process.execPath, ['--import', 'tsx', 'test/fixtures/idle-trim-old.ts'], { cwd: ROOT })
+  const x = JSON.parse(r.stdout) as { usedBeforeMb: number, usedAtTrimMb: number, live: number }
+  t.equal(x.live, 40_000, 'the objects still referenced are kept')
+  t.ok(x.usedBeforeMb - x.usedAtTrimMb > 20, `the 360,000 dropped ones are freed: heap used ${x.usedBeforeMb.toFixed(1)} -> ${x.usedAtTrimMb.toFixed(1)} MB`)
+})
+
 t.test('IDLE_TRIM_SECONDS 0: nothing runs', async t => {
   let trims = 0
   const stop = startIdleTrim({ idleMs: 0, onTrim: () => { trims++ } })
@@ -68,19 +81,23 @@ t.test('IDLE_TRIM_SECONDS 0: nothing runs', async t => {
   t.equal(trims, 0)
 })
 
-t.test('a fleet process (the tax sandbox, started as npm start starts it) gives its young generation back at idle; with the check off it keeps it', async t => {
+t.test('a fleet process (the tax sandbox, started as npm start starts it) gives its young generation back at idle; with the check off it runs no collection', async t => {
   const env = { TAX_SANDBOX_PORT: '0' }
   const [on, off] = await Promise.all([
     startProcess(t, 'sandbox-trim-on', 'services/main.ts', { ...env, IDLE_TRIM_SECONDS: '1' }, { args: ['tax-sandbox'] }),
     startProcess(t, 'sandbox-trim-off', 'services/main.ts', { ...env, IDLE_TRIM_SECONDS: '0' }, { args: ['tax-sandbox'] }),
   ])
-  const offAtStart = await remoteNewSpaceMb(off.url)
-  t.ok(offAtStart > 4, `start-up grew the young generation past its initial size (${offAtStart} MB)`)
+  const offAtStart = await remote(off.url)
+  t.ok(offAtStart.newSpaceMb > 4, `start-up grew the young generation past its initial size (${offAtStart.newSpaceMb} MB)`)
   // Read once a second: each read is work for the process, and the check wants a loop idle for a whole window.
-  const shrunk = await eventually(async () => { const mb = await remoteNewSpaceMb(on.url); return mb <= 4 ? mb : undefined }, 60_000, 1_000)
-  t.ok(shrunk !== undefined, `with IDLE_TRIM_SECONDS=1 it shrank to ${shrunk} MB`)
-  const offNow = await remoteNewSpaceMb(off.url)
-  t.ok(offNow > 4, `with IDLE_TRIM_SECONDS=0 it kept ${offNow} MB over the same time`)
+  const shrunk = await eventually(async () => { const r = await remote(on.url); return r.newSpaceMb <= 4 ? r : undefined }, 60_000, 1_000)
+  t.ok(shrunk !== undefined, `with IDLE_TRIM_SECONDS=1 it shrank to ${shrunk?.newSpaceMb} MB`)
+  t.ok((shrunk?.collections ?? 0) >= 1, `by the idle check's collections (${shrunk?.collections})`)
+  // Whether V8's own memory reducer shrinks an idle process too is V8's choice and varies
+  // from run to run (docs/benchmarks.md, "Memory at idle"); what the setting decides is
+  // whether the check collects, so that is what the control reads.
+  const offNow = await remote(off.url)
+  t.equal(offNow.collections, 0, `with IDLE_TRIM_SECONDS=0 the check ran no collection (young generation ${offNow.newSpaceMb} MB)`)
 })
 
 t.test('a bad IDLE_TRIM_SECONDS stops the process at boot', async t => {

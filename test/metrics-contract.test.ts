@@ -80,6 +80,7 @@ t.test('every process serves valid Prometheus text with its process label', asyn
     t.ok(s.samples.length > 0 && s.samples.every(x => x.labels.process === name), `${name}: every series has process="${name}"`)
     expectMetric(t, s, 'process_resident_memory_bytes', 'gauge')
     expectMetric(t, s, 'nodejs_eventloop_lag_seconds', 'gauge')
+    for (const c of ['idle_trim_collections_total', 'idle_trim_pause_seconds_total', 'idle_trim_freed_bytes_total']) expectMetric(t, s, c, 'counter', [])
   }
 })
 
