@@ -9,13 +9,12 @@
 // to normal: rounds of M fraud screenings at once, every one 200 (scored) or 202
 // (queued for async scoring), none 503. Prints one table with the command, date,
 // commit and machine; exits 1 when a criterion fails.
-import { parseArgs } from 'node:util'
 import crypto from 'node:crypto'
 import { Pool } from 'undici'
 import { startLocalFleet } from './local-fleet.ts'
-import { gatewayPost, gitCommit, machine, numberFlag } from './run-info.ts'
+import { gatewayPost, gitCommit, machine, numberFlag, parseFlags } from './run-info.ts'
 
-const { values: a } = parseArgs({ options: {
+const { values: a } = parseFlags({ options: {
   'tax-burst': { type: 'string', default: '60' },
   'fraud-burst': { type: 'string', default: '150' },
   rounds: { type: 'string', default: '3' },

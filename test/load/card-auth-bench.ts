@@ -4,15 +4,14 @@
 // (the spec's peak) and reports p50/p99 there, whatever the verdict.
 // Cards are spread over 1,000 load accounts, as real traffic is.
 import os from 'node:os'
-import { parseArgs } from 'node:util'
 import pg from 'pg'
 import { Pool } from 'undici'
 import { loadCardToken, seedLoadCards } from '../../services/card-auth/seed.ts'
 import { runOpenLoop, summary } from './open-loop.ts'
 import { pinSelf, startLocalFleet } from './local-fleet.ts'
-import { gatewayPost } from './run-info.ts'
+import { gatewayPost, parseFlags } from './run-info.ts'
 
-const { values: a } = parseArgs({ options: { seconds: { type: 'string', default: '10' }, steps: { type: 'string', default: '200,400,600,800,1000,1200' }, peak: { type: 'string', default: '1400' } } })
+const { values: a } = parseFlags({ options: { seconds: { type: 'string', default: '10' }, steps: { type: 'string', default: '200,400,600,800,1000,1200' }, peak: { type: 'string', default: '1400' } } })
 const seconds = Number(a.seconds)
 const steps = a.steps!.split(',').map(Number)
 const peak = Number(a.peak)

@@ -7,16 +7,15 @@
 // (gateway + card-auth + its card_auth_ds backends), latency and answers.
 // At a low rate a process's fixed per-wakeup cost dominates: read it at the rate
 // you care about.
-import { parseArgs } from 'node:util'
 import pg from 'pg'
 import { Pool } from 'undici'
 import { loadCardToken, seedLoadCards } from '../../services/card-auth/seed.ts'
 import { runOpenLoop, summary } from './open-loop.ts'
 import { hasTaskset, pinSelf, startLocalFleet } from './local-fleet.ts'
-import { cpuByLabel, cpuUs, fleetProcesses } from './proc-cpu.ts'
-import { gatewayPost, gitCommit, machine, numberFlag, sleep } from './run-info.ts'
+import { cpuByPid, cpuDeltaByLabel, cpuUs, fleetProcesses } from './proc-cpu.ts'
+import { gatewayPost, gitCommit, machine, numberFlag, parseFlags, sleep } from './run-info.ts'
 
-const { values: a } = parseArgs({ options: {
+const { values: a } = parseFlags({ options: {
   rates: { type: 'string', default: '200,700,1400' },
   seconds: { type: 'string', default: '15' },
   'fleet-cpus': { type: 'string' },
@@ -47,18 +46,16 @@ try {
   for (const rate of rates) {
     await sleep(2_000)
     const procs = await fleetProcesses(fleet.pid, db)
-    const before = cpuByLabel(procs)
-    const sys0 = cpuByLabel(procs, 'system')
+    const before = cpuByPid(procs)
+    const sys0 = cpuByPid(procs, 'system')
     const gen0 = cpuUs(process.pid)!
     const r = await runOpenLoop({ rate, durationMs: seconds * 1000, send })
-    const after = cpuByLabel(procs)
-    const sys1 = cpuByLabel(procs, 'system')
+    const after = cpuByPid(procs)
+    const sys1 = cpuByPid(procs, 'system')
     const gen1 = cpuUs(process.pid)!
     const served = r.completed
-    const perReq = new Map<string, number>()
-    for (const [label, us] of after) perReq.set(label, (us - (before.get(label) ?? us)) / served)
-    const sysPerReq = new Map<string, number>()
-    for (const [label, us] of sys1) sysPerReq.set(label, (us - (sys0.get(label) ?? us)) / served)
+    const perReq = new Map([...cpuDeltaByLabel(procs, before, after)].map(([label, us]) => [label, us / served]))
+    const sysPerReq = new Map([...cpuDeltaByLabel(procs, sys0, sys1)].map(([label, us]) => [label, us / served]))
     const s = summary(r.histogram)
     results.push({ rate, sent: r.sentRate, ok: (r.statuses['201'] ?? 0) / r.scheduled, p50: s.p50Ms, p99: s.p99Ms, perReq, sysPerReq, generator: (gen1 - gen0) / served })
     console.log(`rate ${rate}: sent ${r.sentRate.toFixed(0)}/s, 201 ${(100 * (r.statuses['201'] ?? 0) / r.scheduled).toFixed(1)}%, p50 ${s.p50Ms.toFixed(1)} ms, p99 ${s.p99Ms.toFixed(1)} ms, end to end ${END_TO_END.reduce((x, l) => x + (perReq.get(l) ?? 0), 0).toFixed(0)} µs/auth`)

@@ -3,12 +3,12 @@
 // run: direct and through the gateway alternate (A B A B) so machine noise hits
 // both alike. Prints p50/p99 and the gateway's added latency.
 import os from 'node:os'
-import { parseArgs } from 'node:util'
 import { Pool } from 'undici'
 import { runOpenLoop, summary, newHistogram } from './open-loop.ts'
 import { pinSelf, startLocalFleet } from './local-fleet.ts'
+import { parseFlags } from './run-info.ts'
 
-const { values: a } = parseArgs({ options: { rate: { type: 'string', default: '200' }, seconds: { type: 'string', default: '10' }, rounds: { type: 'string', default: '2' } } })
+const { values: a } = parseFlags({ options: { rate: { type: 'string', default: '200' }, seconds: { type: 'string', default: '10' }, rounds: { type: 'string', default: '2' } } })
 const rate = Number(a.rate); const seconds = Number(a.seconds); const rounds = Number(a.rounds)
 const command = `npm run bench:gateway -- --rate ${rate} --seconds ${seconds} --rounds ${rounds}`
 

@@ -9,16 +9,15 @@
 // it first drives card authorizations through the gateway (open loop, --load-rate
 // per second), so "idle" is idle after work, not only after start-up.
 import fs from 'node:fs'
-import { parseArgs } from 'node:util'
 import pg from 'pg'
 import { Pool } from 'undici'
 import { loadCardToken, seedLoadCards } from '../../services/card-auth/seed.ts'
 import { startLocalFleet } from './local-fleet.ts'
 import { runOpenLoop } from './open-loop.ts'
 import { cpuUs, fleetProcesses } from './proc-cpu.ts'
-import { gatewayPost, gitCommit, machine, numberFlag, sleep } from './run-info.ts'
+import { gatewayPost, gitCommit, machine, numberFlag, parseFlags, sleep } from './run-info.ts'
 
-const { values: a } = parseArgs({ options: {
+const { values: a } = parseFlags({ options: {
   'idle-seconds': { type: 'string', default: '30' },
   'base-port': { type: 'string', default: '18780' },
   'limit-mb': { type: 'string', default: '600' },

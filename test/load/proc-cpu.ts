@@ -46,12 +46,27 @@ export async function fleetProcesses (root: number, db: pg.Client, names: Record
   return out
 }
 
-/** CPU µs per label right now; with `system`, only the kernel's part. */
-export function cpuByLabel (procs: Map<number, string>, part: 'all' | 'system' = 'all'): Map<string, number> {
+/** CPU µs of each process right now (a process that is gone is left out); with `system`, only the kernel's part. */
+export function cpuByPid (procs: Map<number, string>, part: 'all' | 'system' = 'all'): Map<number, number> {
+  const out = new Map<number, number>()
+  for (const pid of procs.keys()) {
+    const c = cpuSplitUs(pid)
+    if (c !== undefined) out.set(pid, part === 'system' ? c.system : c.user + c.system)
+  }
+  return out
+}
+
+/**
+ * CPU µs each label used between two readings of cpuByPid: summed over the
+ * processes seen in both, so a backend that exits in between (its time then
+ * lost, a few ms at most) cannot make a label's figure negative.
+ */
+export function cpuDeltaByLabel (procs: Map<number, string>, before: Map<number, number>, after: Map<number, number>): Map<string, number> {
   const out = new Map<string, number>()
   for (const [pid, label] of procs) {
-    const c = cpuSplitUs(pid)
-    if (c !== undefined) out.set(label, (out.get(label) ?? 0) + (part === 'system' ? c.system : c.user + c.system))
+    const b = before.get(pid)
+    const e = after.get(pid)
+    out.set(label, (out.get(label) ?? 0) + (b !== undefined && e !== undefined ? e - b : 0))
   }
   return out
 }

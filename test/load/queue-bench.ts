@@ -18,15 +18,14 @@
 // server. test/load/queue-bench/*.ts hold the subjects.
 import { execFileSync } from 'node:child_process'
 import os from 'node:os'
-import { parseArgs } from 'node:util'
 import pg from 'pg'
 import { bootstrapDatabase, localSecrets } from '../../shared/db/bootstrap.ts'
 import { jobsRoleName } from '../../shared/lanes.ts'
-import { gitCommit, machine, numberFlag } from './run-info.ts'
+import { gitCommit, machine, numberFlag, parseFlags } from './run-info.ts'
 import type { Figures } from './queue-bench/measure.ts'
 import { oursLibrary, oursWorkers } from './queue-bench/ours.ts'
 
-const { values: a } = parseArgs({
+const { values: a } = parseFlags({
   options: {
     peers: { type: 'boolean', default: false },
     only: { type: 'string', default: '' },

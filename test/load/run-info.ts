@@ -3,11 +3,22 @@
 // machine), so a figure can always be traced to the code and host that made it.
 import { execFileSync } from 'node:child_process'
 import os from 'node:os'
+import { parseArgs, type ParseArgsConfig } from 'node:util'
 import type { Pool } from 'undici'
 
 export const sleep = (ms: number): Promise<void> => new Promise(r => setTimeout(r, ms))
 
 /** A numeric flag from parseArgs' values, within [min, max]; exits 2 with a message otherwise. */
+/** The command line's flags; an unknown flag or a missing value prints what is wrong (and `usage`) and exits 2, with no stack trace. */
+export function parseFlags<const T extends ParseArgsConfig> (config: T, usage = ''): ReturnType<typeof parseArgs<T>> {
+  try {
+    return parseArgs(config)
+  } catch (err) {
+    console.error(`${(err as Error).message}${usage ? `\n${usage}` : ''}`)
+    process.exit(2)
+  }
+}
+
 export function numberFlag<K extends string> (values: Partial<Record<K, string | boolean | undefined>>, key: K, min = 0, max = Number.MAX_SAFE_INTEGER): number {
   const v = Number(values[key])
   if (!Number.isFinite(v) || v < min || v > max) { console.error(`--${key} must be a number from ${min} to ${max} (got ${String(values[key])})`); process.exit(2) }

@@ -10,13 +10,12 @@ import { spawn } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import { parseArgs } from 'node:util'
 import { Pool } from 'undici'
 import { hasTaskset, pinSelf } from './local-fleet.ts'
 import { cpuUs } from './proc-cpu.ts'
-import { gitCommit, machine, numberFlag, sleep } from './run-info.ts'
+import { gitCommit, machine, numberFlag, parseFlags, sleep } from './run-info.ts'
 
-const { values: a } = parseArgs({ options: {
+const { values: a } = parseFlags({ options: {
   rate: { type: 'string', default: '1400' },
   seconds: { type: 'string', default: '10' },
   rounds: { type: 'string', default: '2' },

@@ -20,12 +20,11 @@
 // the raw figures to test-artifacts/bench-compare.json.
 import fs from 'node:fs'
 import path from 'node:path'
-import { parseArgs } from 'node:util'
 import pg from 'pg'
 import { seedLoadCards } from '../../../services/card-auth/seed.ts'
 import { bootstrapDatabase, localSecrets } from '../../../shared/db/bootstrap.ts'
 import { pinSelf } from '../local-fleet.ts'
-import { gitCommit, machine as machineLine, numberFlag, sleep } from '../run-info.ts'
+import { gitCommit, machine as machineLine, numberFlag, parseFlags, sleep } from '../run-info.ts'
 import { compilePreload, FaultSwitch, taxNodeArgs } from '../faults/control.ts'
 import { FAULTS, parseFaults, type FaultName } from '../faults/spec.ts'
 import { measure, type FaultHook, type Row } from './measure.ts'
@@ -38,7 +37,7 @@ const HELP = `npm run bench:compare -- [flags]
   --fault-seconds N    each fault's window (30); --baseline-seconds (10), --recovery-seconds (30), --warmup-seconds (20)
   --card-rate, --tax-rate (100, 75 req/s); --tax-heap-mb (256): the heap limit of the process running tax code
   --cpu-ms (20), --block-ms (500), --block-every-ms (3000), --retain-mb (4), --fault-latency-ms (8000)`
-const { values: a } = parseArgs({
+const { values: a } = parseFlags({
   options: {
     faults: { type: 'string', default: 'slow-provider' },
     'card-rate': { type: 'string', default: '100' },
@@ -62,7 +61,7 @@ const { values: a } = parseArgs({
     doc: { type: 'string', default: 'docs/bench-compare.md' },
     help: { type: 'boolean', default: false },
   },
-})
+}, HELP)
 if (a.help) { console.log(HELP); process.exit(0) }
 const N = (k: keyof typeof a, min = 0): number => numberFlag(a, k, min)
 const P = {

@@ -29,7 +29,6 @@
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
-import { parseArgs } from 'node:util'
 import pg from 'pg'
 import { Pool } from 'undici'
 import type * as hdr from 'hdr-histogram-js'
@@ -37,13 +36,13 @@ import { loadCardToken, seedLoadCards } from '../../../services/card-auth/seed.t
 import { DECK_ROLE, JOBS_ROLE, LANE_DEFAULTS, LANE_NAMES } from '../../../shared/lanes.ts'
 import { newHistogram, runOpenLoop, summary } from '../open-loop.ts'
 import { pinSelf, startLocalFleet, type LocalFleet } from '../local-fleet.ts'
-import { gatewayPost, gitCommit, machine as machineLine, numberFlag, sleep } from '../run-info.ts'
+import { gatewayPost, gitCommit, machine as machineLine, numberFlag, parseFlags, sleep } from '../run-info.ts'
 import { evaluate, SPEC_THRESHOLDS, type Criterion, type DrillFigures } from './criteria.ts'
 import { compilePreload, FaultSwitch, taxNodeArgs } from '../faults/control.ts'
 import { describeFault, FAULTS, type FaultName } from '../faults/spec.ts'
 import { renderReport, type Chart } from './html-report.ts'
 
-const { values: a } = parseArgs({
+const { values: a } = parseFlags({
   options: {
     'card-rate': { type: 'string', default: '1400' },
     'tax-rate': { type: 'string', default: '150' },
@@ -68,7 +67,7 @@ const { values: a } = parseArgs({
     'generator-cpus': { type: 'string', default: '1' },
     help: { type: 'boolean', default: false },
   },
-})
+}, 'npm run drill -- --help lists the flags')
 if (a.help) {
   console.log(`npm run drill -- [flags]   (every flag: test/load/drill/main.ts)
   --fault F         slow-provider (default) | cpu | loop-block | memory | crash
