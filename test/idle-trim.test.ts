@@ -44,7 +44,7 @@ t.test('IDLE_TRIM_SECONDS: 10 by default, 0 turns it off; a negative, a word or 
 t.test('in this process: no collection while the loop is busy; once it is idle, collections until the young generation shrinks', async t => {
   growYoungGeneration()
   const grown = newSpaceMb()
-  const trims: Array<{ newSpaceBeforeMb: number, newSpaceAfterMb: number }> = []
+  const trims: Array<{ newSpaceBeforeMb: number, newSpaceAfterMb: number, heapTotalBeforeMb: number, heapTotalAfterMb: number, heapUsedBeforeMb: number }> = []
   const stop = startIdleTrim({ idleMs: 200, onTrim: x => trims.push(x) })
   t.teardown(stop)
   // Busy: every turn of the loop runs ~5 ms of work for a second, over five idle windows.
@@ -63,15 +63,27 @@ t.test('in this process: no collection while the loop is busy; once it is idle, 
   // collection that gave nothing back is tried again after twice the wait.
   const shrank = await eventually(async () => trims.find(x => x.newSpaceAfterMb < x.newSpaceBeforeMb), 30_000, 50)
   t.ok(shrank, `the young generation shrank once idle: ${JSON.stringify(trims)} (grown to ${grown} MB)`)
-  t.equal(trims.at(-1), shrank, 'and no collection after the one that shrank it')
+  // After it, only collections that made the heap's committed size smaller, while it held 8 MB more than it used:
+  // read once a whole second (five idle windows) went by without one.
+  let seen = -1
+  await eventually(async () => { const quiet = trims.length === seen; seen = trims.length; return quiet || undefined }, 30_000, 1_000)
+  const after = trims.slice(trims.indexOf(shrank!) + 1)
+  t.ok(after.every((x, i) => x.heapTotalAfterMb < (i === 0 ? shrank!.heapTotalAfterMb : after[i - 1]!.heapTotalAfterMb) && x.heapTotalBeforeMb - x.heapUsedBeforeMb >= 8),
+    `and after it only collections that made the heap smaller: ${JSON.stringify(after.map(x => x.heapTotalAfterMb))}`)
 })
 
 t.test('the idle collection collects the old generation too: what a load left there is freed', async t => {
   // Run alone, so no other code's allocation decides what the collection finds.
   const r = await run(process.execPath, ['--import', 'tsx', 'test/fixtures/idle-trim-old.ts'], { cwd: ROOT })
-  const x = JSON.parse(r.stdout) as { usedBeforeMb: number, usedAtTrimMb: number, live: number }
+  type Trim = { heapUsedBeforeMb: number, heapUsedAfterMb: number, heapTotalBeforeMb: number, heapTotalAfterMb: number }
+  const x = JSON.parse(r.stdout) as { usedBeforeMb: number, live: number, trims: Trim[] }
   t.equal(x.live, 40_000, 'the objects still referenced are kept')
-  t.ok(x.usedBeforeMb - x.usedAtTrimMb > 20, `the 360,000 dropped ones are freed: heap used ${x.usedBeforeMb.toFixed(1)} -> ${x.usedAtTrimMb.toFixed(1)} MB`)
+  const first = x.trims[0]!
+  t.ok(x.usedBeforeMb - first.heapUsedAfterMb > 20, `the 360,000 dropped ones are freed by the first collection: heap used ${x.usedBeforeMb.toFixed(1)} -> ${first.heapUsedAfterMb.toFixed(1)} MB`)
+  // A full collection compacts part of what it emptied; the ones after it at idle give the rest back.
+  const lastTotal = x.trims.at(-1)!.heapTotalAfterMb
+  t.ok(first.heapTotalAfterMb - lastTotal > 20, `the heap's committed size: ${first.heapTotalBeforeMb.toFixed(1)} MB, ${first.heapTotalAfterMb.toFixed(1)} after the first collection, ${lastTotal.toFixed(1)} after the last of ${x.trims.length}`)
+  t.ok(lastTotal - x.trims.at(-1)!.heapUsedAfterMb < 8, 'the collections stop once it commits less than 8 MB over what it uses')
 })
 
 t.test('IDLE_TRIM_SECONDS 0: nothing runs', async t => {
