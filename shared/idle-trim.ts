@@ -39,9 +39,11 @@ const MAX_BACKOFF_MS = 600_000
 export const idleTrimStats = { collections: 0, pauseSeconds: 0, freedBytes: 0 }
 
 /**
- * One full collection, with Node's `gc` (exposed without --expose-gc on the
- * command line: the flag set now applies to contexts made after it, such as
- * this one). The call that runs one depends on V8:
+ * The check's two collections, with Node's `gc` (exposed without --expose-gc on
+ * the command line: the flag set now applies to contexts made after it, such as
+ * this one): `trim`, which gives the young generation back and collects the old
+ * one, and `compact`, one more full collection. The call that runs a full
+ * collection depends on V8:
  * - V8 12+ (Node 22, 24): `{ type: 'major', execution: 'sync' }`;
  * - V8 11 (Node 20): `gc()` with no argument. There the options object runs a
  *   young collection whatever `type` says (heap used 62 -> 61 MB where `gc()`
@@ -68,7 +70,7 @@ function newSpaceBytes (): number {
   return v8.getHeapSpaceStatistics().find(s => s.space_name === 'new_space')?.space_size ?? 0
 }
 
-/** Committed old-generation memory over what the heap uses, past which the check goes on compacting at idle. */
+/** Heap committed over what it uses, past which the check goes on compacting at idle. */
 const SLACK_BYTES = 8 * MB
 
 /** Starts the idle check; returns a stop function. A no-op when `idleMs` is 0 or this runtime offers no `gc`. */
@@ -88,18 +90,18 @@ export function startIdleTrim (opts: IdleTrimOptions): () => void {
 
   const collect = (full: () => void): { before: number, after: number, totalAfter: number } => {
     const before = newSpaceBytes()
-    const m0 = process.memoryUsage()
+    const h0 = v8.getHeapStatistics()
     const t0 = performance.now()
     full()
     const pauseMs = performance.now() - t0
     const after = newSpaceBytes()
-    const m1 = process.memoryUsage()
+    const h1 = v8.getHeapStatistics()
     idleTrimStats.collections++
     idleTrimStats.pauseSeconds += pauseMs / 1000
-    idleTrimStats.freedBytes += Math.max(0, m0.heapUsed - m1.heapUsed)
-    opts.onTrim?.({ pauseMs, newSpaceBeforeMb: before / MB, newSpaceAfterMb: after / MB, heapUsedBeforeMb: m0.heapUsed / MB, heapUsedAfterMb: m1.heapUsed / MB, heapTotalBeforeMb: m0.heapTotal / MB, heapTotalAfterMb: m1.heapTotal / MB })
+    idleTrimStats.freedBytes += Math.max(0, h0.used_heap_size - h1.used_heap_size)
+    opts.onTrim?.({ pauseMs, newSpaceBeforeMb: before / MB, newSpaceAfterMb: after / MB, heapUsedBeforeMb: h0.used_heap_size / MB, heapUsedAfterMb: h1.used_heap_size / MB, heapTotalBeforeMb: h0.total_heap_size / MB, heapTotalAfterMb: h1.total_heap_size / MB })
     idleSince = Date.now()
-    return { before, after, totalAfter: m1.heapTotal }
+    return { before, after, totalAfter: h1.total_heap_size }
   }
 
   const check = (): void => {
@@ -125,8 +127,8 @@ export function startIdleTrim (opts: IdleTrimOptions): () => void {
         // A full collection compacts only part of the old generation's emptied pages:
         // one more per idle window while the heap commits much more than it uses and
         // the last one made it smaller (pauses of one collection each, not of several).
-        const m = process.memoryUsage()
-        if (m.heapTotal - m.heapUsed < SLACK_BYTES) compactingFrom = 0
+        const h = v8.getHeapStatistics()
+        if (h.total_heap_size - h.used_heap_size < SLACK_BYTES) compactingFrom = 0
         else {
           const c = collect(gc.compact)
           compactingFrom = c.totalAfter < compactingFrom ? c.totalAfter : 0

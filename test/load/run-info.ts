@@ -8,7 +8,6 @@ import type { Pool } from 'undici'
 
 export const sleep = (ms: number): Promise<void> => new Promise(r => setTimeout(r, ms))
 
-/** A numeric flag from parseArgs' values, within [min, max]; exits 2 with a message otherwise. */
 /** The command line's flags; an unknown flag or a missing value prints what is wrong (and `usage`) and exits 2, with no stack trace. */
 export function parseFlags<const T extends ParseArgsConfig> (config: T, usage = ''): ReturnType<typeof parseArgs<T>> {
   try {
@@ -19,6 +18,7 @@ export function parseFlags<const T extends ParseArgsConfig> (config: T, usage = 
   }
 }
 
+/** A numeric flag from parseArgs' values, within [min, max]; exits 2 with a message otherwise. */
 export function numberFlag<K extends string> (values: Partial<Record<K, string | boolean | undefined>>, key: K, min = 0, max = Number.MAX_SAFE_INTEGER): number {
   const v = Number(values[key])
   if (!Number.isFinite(v) || v < min || v > max) { console.error(`--${key} must be a number from ${min} to ${max} (got ${String(values[key])})`); process.exit(2) }
