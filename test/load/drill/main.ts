@@ -192,7 +192,7 @@ async function main (): Promise<number> {
     const t0 = performance.now()
     const wall0 = Date.now()
     const at = (): number => (performance.now() - t0) / 1000
-    interface Sample { s: number, lanes: Record<string, { up: boolean, state: string | null, active: number | null, permits: number | null, checkedAt: number }>, rssBytes: number, processes: number }
+    interface Sample { s: number, lanes: Record<string, { up: boolean, error: string | null, state: string | null, active: number | null, permits: number | null, checkedAt: number }>, rssBytes: number, processes: number }
     const samples: Sample[] = []
     let sampling = true
     const sampler = (async () => {
@@ -204,7 +204,7 @@ async function main (): Promise<number> {
           let rss = v.deck?.rssBytes ?? 0
           let processes = 1
           for (const l of v.lanes) {
-            lanes[l.name] = { up: l.up, state: l.status?.state ?? null, active: l.status?.active ?? null, permits: l.status?.permits ?? null, checkedAt: Date.parse(l.checkedAt) }
+            lanes[l.name] = { up: l.up, error: l.up ? null : (l.error ?? 'unknown'), state: l.status?.state ?? null, active: l.status?.active ?? null, permits: l.status?.permits ?? null, checkedAt: Date.parse(l.checkedAt) }
             if (l.rssBytes) { rss += l.rssBytes; processes++ }
           }
           for (const p of v.processes) if (p.rssBytes) { rss += p.rssBytes; processes++ }
@@ -341,6 +341,16 @@ async function main (): Promise<number> {
     const saturatedSeen = taxSamples.some(s => s.state === 'SATURATED')
     const back = taxSamples.find(s => s.checkedAt >= faultMarks.clearedWall && s.active !== null && s.active < 5)
     const taxRecoveryMs = back ? back.checkedAt - faultMarks.clearedWall : null
+    // Why the deck saw a lane down, per lane: `timeout` (it did not answer its
+    // status poll within the deck's deadline), `refused`, `http 503`, ...
+    const downReasons: Record<string, Record<string, number>> = {}
+    for (const x of samples) {
+      for (const [lane, v] of Object.entries(x.lanes)) {
+        if (v.up) continue
+        const r = (downReasons[lane] ??= {})
+        r[v.error ?? 'unknown'] = (r[v.error ?? 'unknown'] ?? 0) + 1
+      }
+    }
     const transitions: Array<{ s: number, lane: string, from: string | null, to: string | null }> = []
     for (const lane of LANE_NAMES) {
       let prev: string | null | undefined
@@ -423,7 +433,7 @@ async function main (): Promise<number> {
       card: cardSec.map(s => ({ count: s.h.totalCount, ok: s.ok, r429: s.r429, errors: s.err, p50Ms: s.h.totalCount ? s.h.getValueAtPercentile(50) / 1000 : null, p99Ms: s.h.totalCount ? s.h.getValueAtPercentile(99) / 1000 : null, maxMs: s.h.totalCount ? s.h.maxValue / 1000 : null })),
       tax: taxSec.map(s => ({ count: s.h.totalCount, shed: s.shed, compensated: s.compensated, errors: s.err, p99Ms: s.h.totalCount ? s.h.getValueAtPercentile(99) / 1000 : null })),
       storm: stormSec,
-      lanes: samples.map(s => ({ s: Math.round(s.s * 100) / 100, rssMb: mb(s.rssBytes), ...Object.fromEntries(Object.entries(s.lanes).map(([k, v]) => [k, { state: v.state, active: v.active, up: v.up }])) })),
+      lanes: samples.map(s => ({ s: Math.round(s.s * 100) / 100, rssMb: mb(s.rssBytes), ...Object.fromEntries(Object.entries(s.lanes).map(([k, v]) => [k, { state: v.state, active: v.active, up: v.up, ...(v.up ? {} : { error: v.error }) }])) })),
     }
     const report = {
       drill: 'MC-RT-01', runId, command, date: new Date(wall0).toISOString(), commit, machine, placement,
@@ -433,6 +443,7 @@ async function main (): Promise<number> {
       card: { baseline: q(cardH.baseline), fault: q(cardH.fault), recovery: q(cardH.recovery), answers: { 201: acknowledged.size, ...cardCodes } },
       tax: { answers: taxCodes, shed: taxShed, shedAnswerMs: { count: shedCount, over5: shedCount - shedUnder, p50: d.p50Ms, p99: d.p99Ms, max: d.maxMs, laneDecision: { p50: dl.p50Ms, p99: dl.p99Ms, max: dl.maxMs } }, recoveryMs: taxRecoveryMs, stateTransitions: transitions.filter(x => x.lane === 'tax') },
       otherLaneTransitions: transitions.filter(x => x.lane !== 'tax'),
+      deckSawDown: { samples: samples.length, reasons: downReasons },
       retryingClient: { ...storms, allowedPerKey },
       ledger: figures.ledger, connections, rss, timeline,
     }
@@ -450,6 +461,8 @@ async function main (): Promise<number> {
     console.log(`\ncard answers ${JSON.stringify(report.card.answers)}; tax answers ${JSON.stringify(taxCodes)}`)
     console.log(`retrying client: ${storms.sent} sent, ${storms.blocked} blocked at the gateway, at most ${figures.storm.maxReachedPerKey} per key reached the lane`)
     console.log(`fleet RSS (${rss.processes} Node processes): before ${rss.beforeMb} MB, peak during ${rss.duringPeakMb} MB, after ${rss.afterMb} MB`)
+    const downText = Object.entries(downReasons).map(([lane, r]) => `${lane} ${Object.entries(r).map(([why, n]) => `${n} × ${why}`).join(', ')}`)
+    console.log(`deck samples with a lane down (of ${samples.length}): ${downText.length ? downText.join('; ') : 'none'}`)
     console.log(`connections: ${connections.map(c => `${c.role} ${c.total}/${c.limit} (orphaned ${c.orphaned})`).join(', ')}`)
     console.log(`\n${pass ? 'PASS' : 'FAIL'}: ${path.relative(process.cwd(), path.join(outDir, 'drill.html'))}, drill.json`)
     return pass ? 0 : 1
