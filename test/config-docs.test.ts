@@ -10,7 +10,7 @@ import { GATEWAY_ENV } from '../gateway/config.ts'
 import { DECK_ENV } from '../services/deck/config.ts'
 import { FRAUD_ENV } from '../services/fraud/scoring.ts'
 import { CHILD_NAMES, nodeArgsVar, SUPERVISOR_ENV } from '../services/supervisor/config.ts'
-import { TAX_ENV } from '../services/tax/config.ts'
+import { TAX_ENV, TAX_RECONCILE_ENV } from '../services/tax/config.ts'
 import { WORKER_ENV } from '../services/worker/config.ts'
 import { LANE_DEFAULTS, LANE_NAMES, LANE_QUEUES, laneSchema } from '../shared/lanes.ts'
 
@@ -94,7 +94,7 @@ t.test('every lane variable, with each lane\'s default', async t => {
 })
 
 t.test('gateway', async t => { checkSection(t, 'Gateway', [GATEWAY_ENV]) })
-t.test('tax and fraud lanes', async t => { checkSection(t, 'Tax lane', [TAX_ENV, FRAUD_ENV]) })
+t.test('tax and fraud lanes', async t => { checkSection(t, 'Tax lane', [TAX_ENV, TAX_RECONCILE_ENV, FRAUD_ENV]) })
 t.test('worker', async t => { checkSection(t, 'Worker', [WORKER_ENV]) })
 t.test('deck', async t => { checkSection(t, 'Deck', [DECK_ENV]) })
 

@@ -88,8 +88,8 @@ t.test('saturated with no certified rate: ERR_TAX_BULKHEAD_SATURATED with Retry-
   await fleet.setFaults({ mode: 'normal' })
 })
 
-t.test('reconciliation records the true rate once the provider answers', async t => {
-  await startWorker(t, db, ['tax-reconcile'], { TAX_DATABASE_URL: db.laneUrl('tax', env), TAX_PROVIDER_URL: fleet.sandbox.url, ...env })
+t.test('reconciliation records the true rate once the provider answers, at its pace', async t => {
+  await startWorker(t, db, ['tax-reconcile'], { TAX_DATABASE_URL: db.laneUrl('tax', env), TAX_PROVIDER_URL: fleet.sandbox.url, TAX_RECONCILE_PER_SECOND: '4', ...env })
   // A job records the rate on its quote, then leaves jobs_hot for the archive in a
   // second statement: wait for both, or the count below races the last archive.
   const done = await eventually(async () => (await db.query("select 1 from tax.quotes where reconciled_at is null")).length === 0 &&
@@ -99,6 +99,10 @@ t.test('reconciliation records the true rate once the provider answers', async t
   t.same(de, { rate: '0.190500', tax: '1905', reconciled_rate: '0.190000', reconciled_tax: '1900' }, 'the provider rate and the 5-cent difference are on the quote')
   const [{ n, quotes }] = await db.query<{ n: number, quotes: number }>("select (select count(*)::int from jobs.jobs_archive where queue = 'tax-reconcile') as n, (select count(*)::int from tax.quotes where source = 'compensation') as quotes") as [{ n: number, quotes: number }]
   t.equal(n, quotes, 'one reconcile job per compensated quote')
+  // The jobs were all waiting when the worker started; at 4 per second they start 250 ms apart, not at once.
+  const at = (await db.query<{ ms: number }>("select extract(epoch from reconciled_at) * 1000 as ms from tax.quotes where source = 'compensation' order by reconciled_at")).map(r => Number(r.ms))
+  const gaps = at.slice(1).map((x, i) => x - at[i]!)
+  t.ok(gaps.length === quotes - 1 && gaps.length >= 2 && gaps.every(g => g >= 125), `reconciled one after another at the pace, not together (gaps ${gaps.map(g => Math.round(g)).join(', ')} ms)`)
 })
 
 t.test('a 1% error fails certification, and the lane refuses that jurisdiction', async t => {

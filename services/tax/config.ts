@@ -11,3 +11,14 @@ export const TAX_ENV = Type.Object({
   TAX_CERTIFICATE_FILE: Type.String({ default: '.data/tax-certificate.json' }),
   TAX_CERTIFICATE_MAX_AGE_HOURS: Type.Number({ default: 168, minimum: 0, maximum: 8_760 }),
 })
+
+/**
+ * What worker-tax reads to run tax-reconcile jobs (services/tax/jobs). The pace
+ * is how many reconciliations one worker process starts per second: MaxWorkers
+ * bounds how many run at once, not how fast they follow each other, and with a
+ * fast provider three of them drain a backlog as fast as the CPU allows.
+ */
+export const TAX_RECONCILE_ENV = Type.Object({
+  TAX_PROVIDER_URL: TAX_ENV.properties.TAX_PROVIDER_URL,
+  TAX_RECONCILE_PER_SECOND: Type.Number({ default: 10, minimum: 0.1, maximum: 10_000 }),
+})
