@@ -4,6 +4,7 @@
 // backlog after a brownout cannot re-overload the provider, and at most
 // TAX_RECONCILE_PER_SECOND started per second by a worker process, so it cannot
 // take the CPU the lane needs either. Idempotent: it only fills reconciled_* once.
+import { once } from 'node:events'
 import pThrottle from 'p-throttle'
 import type { Pool } from 'undici'
 import { loadConfig } from '../../../shared/config.ts'
@@ -27,7 +28,9 @@ export function jobTypes (): JobType[] {
   lane: 'tax',
   idempotent: true,
   async run (payload, ctx) {
-    await paced()
+    // A worker that stops (or loses the job's lease) does not wait out the pace.
+    ctx.signal.throwIfAborted()
+    await Promise.race([paced(), once(ctx.signal, 'abort')])
     ctx.signal.throwIfAborted()
     const db = ctx.db!
     const { rows } = await db.query<{ jurisdiction: string, amount: string, currency: string, rate: string, tax: string, reconciled_at: Date | null }>(

@@ -525,6 +525,7 @@ function html (r: any): string {
         ['RSS before / peak during / after', `${r.rss.beforeMb} / ${r.rss.duringPeakMb} / ${r.rss.afterMb} MB (${r.rss.processes} Node processes)`],
         ...r.connections.map((c: any) => [`connections ${c.role}`, `${c.total} of limit ${c.limit}: ${c.active} active, ${c.idle} idle, ${c.idleInTransaction} idle in transaction, ${c.orphaned} orphaned`]),
         ['tax state changes', r.tax.stateTransitions.map((t: any) => `${t.s.toFixed(1)} s ${t.from}→${t.to}`).join(', ') || 'none'],
+        ['deck samples with a lane down', `of ${r.deckSawDown.samples}: ${Object.entries(r.deckSawDown.reasons as Record<string, Record<string, number>>).map(([lane, why]) => `${lane} ${Object.entries(why).map(([w, n]) => `${n} × ${w}`).join(', ')}`).join('; ') || 'none'}`],
         ['other lanes state changes', r.otherLaneTransitions.map((t: any) => `${t.s.toFixed(1)} s ${t.lane} ${t.from}→${t.to}`).join(', ') || 'none'],
         ['answers', `card ${JSON.stringify(r.card.answers)}; tax ${JSON.stringify(r.tax.answers)}; retrying client ${JSON.stringify(r.retryingClient.codes)}`],
       ] },
