@@ -12,9 +12,19 @@ import { laneEnv, startProcess } from './helpers/procs.ts'
 const db = await testDatabase(t)
 const card = await startProcess(t, 'card-auth', 'services/card-auth/main.ts', laneEnv('card-auth', db.env, db.laneUrl('card-auth')))
 const sandbox = await startProcess(t, 'tax-sandbox', 'services/tax-sandbox/main.ts', { TAX_SANDBOX_PORT: '0' })
-// The hung lane: accepts connections, reads, never answers.
+// The hung lane: answers the first status poll (SATURATED, 7 of 30 permits), then
+// accepts connections, reads, and never answers again.
 const sockets = new Set<net.Socket>()
-const hung = net.createServer(s => { sockets.add(s); s.on('error', () => {}); s.on('close', () => sockets.delete(s)) })
+let hungAnswered = false
+const hung = net.createServer(s => {
+  sockets.add(s); s.on('error', () => {}); s.on('close', () => sockets.delete(s))
+  s.on('data', () => {
+    if (hungAnswered) return
+    hungAnswered = true
+    const body = JSON.stringify({ state: 'SATURATED', active: 7, permits: 30, rejections: {}, latency: { p99Ms: 1 } })
+    s.write(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`)
+  })
+})
 await new Promise<void>(resolve => hung.listen(0, '127.0.0.1', resolve))
 t.teardown(() => { for (const s of sockets) s.destroy(); hung.close() })
 const hungUrl = `http://127.0.0.1:${(hung.address() as net.AddressInfo).port}`
@@ -53,7 +63,8 @@ t.test('every admin route needs the admin token', async t => {
 t.test('lanes: gathered from each process, one hung lane costs at most its deadline', async t => {
   const r = await eventually(async () => {
     const x = await deck.admin('GET', '/admin/lanes')
-    return x.body.lanes.every((l: { checkedAt: string }) => l.checkedAt > new Date(0).toISOString()) ? x : undefined
+    const lanes = x.body.lanes as Array<{ name: string, checkedAt: string, up: boolean }>
+    return lanes.every(l => l.checkedAt > new Date(0).toISOString()) && lanes.some(l => l.name === 'fraud' && !l.up) ? x : undefined
   }, 10_000, 100)
   t.ok(r, 'polled')
   // The page's data comes from the collector's last round, never from a poll made
@@ -66,8 +77,11 @@ t.test('lanes: gathered from each process, one hung lane costs at most its deadl
   t.match(c.status.pool, { total: Number, idle: Number, waiting: 0 }, 'pool total/idle/waiting')
   t.match(c.status.latency, { windowSeconds: 60 }, 'last-minute latency window')
   t.match(byName.fraud, { up: false, error: 'timeout', status: null }, 'the hung lane is down by timeout')
+  t.same(byName.fraud.lastSeen && { state: byName.fraud.lastSeen.state, active: byName.fraud.lastSeen.active, permits: byName.fraud.lastSeen.permits }, { state: 'SATURATED', active: 7, permits: 30 },
+    'and keeps the last status it did answer, for the tile (UNRESPONSIVE, last seen …)')
+  t.ok(Date.parse(byName.fraud.lastSeen.at) < Date.parse(byName.fraud.checkedAt), 'that status is from an earlier poll')
   t.comment(`the hung lane cost ${byName.fraud.pollMs.toFixed(0)} ms of the round (its deadline: 200 ms)`)
-  t.match(byName.tax, { up: false, error: 'refused' }, 'the lane that is not running is down, refused')
+  t.match(byName.tax, { up: false, error: 'refused', lastSeen: null }, 'the lane that is not running is down, refused, never seen')
   t.match(body.processes, [{ name: 'tax-sandbox', kind: 'sandbox', up: true }], 'other processes: up/down')
   // Resident memory as each process reports it (the drill sums these for the fleet's RSS).
   const cardPid = (await call(card.url + '/status')).body.pid

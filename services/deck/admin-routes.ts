@@ -51,7 +51,7 @@ export async function adminRoutes (app: FastifyInstance, d: AdminDeps): Promise<
       pollMs: d.collector.pollMs,
       checkedAt: all.map(s => s.checkedAt).sort().at(-1),
       lanes: all.filter(s => s.kind === 'lane'),
-      processes: all.filter(s => s.kind !== 'lane').map(({ status: _s, rejectionsPerSecond: _r, ...p }) => p),
+      processes: all.filter(s => s.kind !== 'lane').map(({ status: _s, rejectionsPerSecond: _r, lastSeen: _l, ...p }) => p),
       deck: { pid: process.pid, rssBytes: process.memoryUsage.rss() },
     }
   })

@@ -41,6 +41,12 @@ export interface TargetSnapshot {
   rejectionsPerSecond: number | null
   /** The process's resident set size at the poll (bytes), as it reported it. */
   rssBytes: number | null
+  /**
+   * Lanes only: the last status the lane did answer, and when that poll began. Kept
+   * while it is down, so a lane that is slow rather than gone (a P2 lane starved of
+   * CPU misses the poll's deadline) still shows where it was.
+   */
+  lastSeen: { at: string, state: string, active: number, permits: number } | null
 }
 
 export interface TimelinePoint {
@@ -64,6 +70,7 @@ export class Collector {
   readonly #capacity: number
   readonly #agent: Agent
   #latest = new Map<string, TargetSnapshot>()
+  #lastSeen = new Map<string, NonNullable<TargetSnapshot['lastSeen']>>()
   #prev = new Map<string, { at: number, pid: number, total: number }>()
   #history: TimelinePoint[] = []
   #timer: NodeJS.Timeout | undefined
@@ -113,7 +120,7 @@ export class Collector {
   }
 
   snapshot (): TargetSnapshot[] {
-    return this.targets.map(t => this.#latest.get(t.name) ?? { name: t.name, kind: t.kind, url: t.url, up: false, error: 'not polled yet', checkedAt: new Date(0).toISOString(), pollMs: 0, status: null, rejectionsPerSecond: null, rssBytes: null })
+    return this.targets.map(t => this.#latest.get(t.name) ?? { name: t.name, kind: t.kind, url: t.url, up: false, error: 'not polled yet', checkedAt: new Date(0).toISOString(), pollMs: 0, status: null, rejectionsPerSecond: null, rssBytes: null, lastSeen: null })
   }
 
   timeline (seconds: number): TimelinePoint[] {
@@ -123,7 +130,8 @@ export class Collector {
 
   async #probe (t: Target): Promise<TargetSnapshot> {
     const started = performance.now()
-    const base = { name: t.name, kind: t.kind, url: t.url, checkedAt: new Date().toISOString() }
+    const checkedAt = new Date().toISOString()
+    const base = { name: t.name, kind: t.kind, url: t.url, checkedAt, lastSeen: this.#lastSeen.get(t.name) ?? null }
     try {
       const res = await this.#agent.request({
         origin: t.url, path: t.kind === 'lane' ? '/status' : '/health/live', method: 'GET',
@@ -135,7 +143,9 @@ export class Collector {
       if (res.statusCode !== 200) return { ...base, up: false, error: `http ${res.statusCode}`, pollMs, status: null, rejectionsPerSecond: null, rssBytes: null }
       if (t.kind !== 'lane') return { ...base, up: true, error: null, pollMs, status: null, rejectionsPerSecond: null, rssBytes }
       if (!body || typeof body.state !== 'string') return { ...base, up: false, error: 'bad status body', pollMs, status: null, rejectionsPerSecond: null, rssBytes }
-      return { ...base, up: true, error: null, pollMs, status: body, rejectionsPerSecond: this.#rate(t.name, body), rssBytes }
+      const lastSeen = { at: checkedAt, state: body.state, active: body.active, permits: body.permits }
+      this.#lastSeen.set(t.name, lastSeen)
+      return { ...base, lastSeen, up: true, error: null, pollMs, status: body, rejectionsPerSecond: this.#rate(t.name, body), rssBytes }
     } catch (err) {
       this.#prev.delete(t.name)
       return { ...base, up: false, error: describe(err), pollMs: performance.now() - started, status: null, rejectionsPerSecond: null, rssBytes: null }

@@ -1,7 +1,8 @@
 /// <reference lib="dom" />
 // The Deck in real headless Chromium against a real fleet: open it with the
 // token, see three lanes NORMAL, inject a tax fault from the page and watch tax
-// saturate while card-auth stays NORMAL, change fraud-async MaxWorkers and
+// saturate while card-auth stays NORMAL, see a stopped lane UNRESPONSIVE (not
+// DOWN) with its last state, change fraud-async MaxWorkers and
 // requeue a dead job from the page, and check the page shows nothing without
 // the token. A screenshot is saved to test-artifacts/deck.png.
 import fs from 'node:fs'
@@ -120,6 +121,20 @@ t.test('a tax fault from the page: tax saturates and recovers, card-auth stays N
   if (!shot) await page.screenshot({ path: path.join(artifacts, 'deck.png'), fullPage: true })
   const png = fs.readFileSync(path.join(artifacts, 'deck.png'))
   t.ok(png.subarray(1, 4).toString() === 'PNG' && png.length > 20_000, `screenshot saved: test-artifacts/deck.png (${png.length} bytes)`)
+})
+
+t.test('a lane that stops answering is UNRESPONSIVE with its last state, not DOWN; then NORMAL again', async t => {
+  // SIGSTOP: the process is alive and holds its sockets, but answers nothing (as a lane
+  // starved of CPU misses the deck's deadline). The stop is undone on the failure path too.
+  const fraud = fleet.lanes.fraud!.proc
+  t.teardown(() => { fraud.kill('SIGCONT') })
+  fraud.kill('SIGSTOP')
+  await page.waitForSelector('[data-lane="fraud"][data-state="UNRESPONSIVE"]', { timeout: 10_000 })
+  t.match(await page.innerText('[data-lane="fraud"] [data-role="why"]'), /^no answer within the deck's deadline; last seen NORMAL, 0 of \d+ permits, \d+ s before$/, 'says it did not answer in time, and where it was last seen')
+  t.equal((await tileStates())['card-auth'], 'NORMAL', 'the other lanes are unaffected')
+  fraud.kill('SIGCONT')
+  await page.waitForSelector('[data-lane="fraud"][data-state="NORMAL"]', { timeout: 10_000 })
+  t.pass('back to NORMAL once it answers')
 })
 
 t.test('fraud-async MaxWorkers and pause from the page reach the database', async t => {

@@ -157,13 +157,17 @@
   function renderLanes (data) {
     const tiles = data.lanes.map((/** @type {any} */ l) => {
       const s = l.status
-      const state = l.up && s ? s.state : 'DOWN'
+      // A lane that did not answer in time is slow (starved of CPU, stalled), not gone.
+      const slow = !l.up && l.error === 'timeout'
+      const state = l.up && s ? s.state : slow ? 'UNRESPONSIVE' : 'DOWN'
       const tile = el('article', { class: 'tile', 'data-lane': l.name, 'data-state': state })
       tile.append(el('div', { class: 'tile-head' },
         el('span', { class: 'tile-name' }, l.name, el('small', {}, s ? s.priority : '')),
         el('span', { class: `badge ${state}`, 'data-role': 'state' }, state)))
       if (!s) {
-        tile.append(el('div', { class: 'foot' }, `unreachable: ${l.error ?? 'unknown'}`))
+        const seen = l.lastSeen
+        const last = seen ? `; last seen ${seen.state}, ${seen.active} of ${seen.permits} permits, ${Math.max(0, Math.round((Date.parse(l.checkedAt) - Date.parse(seen.at)) / 1000))} s before` : ''
+        tile.append(el('div', { class: 'foot', 'data-role': 'why' }, `${slow ? 'no answer within the deck\'s deadline' : `unreachable: ${l.error ?? 'unknown'}`}${last}`))
         return tile
       }
       const fill = el('div')
