@@ -1,5 +1,5 @@
 // The deck's admin API against real processes: a card-auth lane, a lane that
-// hangs (a socket that accepts and never answers), a lane that is not running,
+// answers, then hangs (a socket that accepts and never answers), a lane that is not running,
 // the tax sandbox, and PostgreSQL through the deck's own role.
 import net from 'node:net'
 import t from 'tap'
@@ -12,15 +12,14 @@ import { laneEnv, startProcess } from './helpers/procs.ts'
 const db = await testDatabase(t)
 const card = await startProcess(t, 'card-auth', 'services/card-auth/main.ts', laneEnv('card-auth', db.env, db.laneUrl('card-auth')))
 const sandbox = await startProcess(t, 'tax-sandbox', 'services/tax-sandbox/main.ts', { TAX_SANDBOX_PORT: '0' })
-// The hung lane: answers the first status poll (SATURATED, 7 of 30 permits), then
-// accepts connections, reads, and never answers again.
+// The hung lane: answers its status polls (SATURATED, 7 of 30 permits) until the
+// lanes test hangs it; from then on it accepts connections, reads, never answers.
 const sockets = new Set<net.Socket>()
-let hungAnswered = false
+let hang = false
 const hung = net.createServer(s => {
   sockets.add(s); s.on('error', () => {}); s.on('close', () => sockets.delete(s))
   s.on('data', () => {
-    if (hungAnswered) return
-    hungAnswered = true
+    if (hang) return
     const body = JSON.stringify({ state: 'SATURATED', active: 7, permits: 30, rejections: {}, latency: { p99Ms: 1 } })
     s.write(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`)
   })
@@ -61,6 +60,9 @@ t.test('every admin route needs the admin token', async t => {
 })
 
 t.test('lanes: gathered from each process, one hung lane costs at most its deadline', async t => {
+  const fraudUp = async (): Promise<boolean | undefined> => (await deck.admin('GET', '/admin/lanes')).body.lanes.find((l: { name: string }) => l.name === 'fraud')?.up
+  t.ok(await eventually(async () => await fraudUp() === true, 10_000, 50), 'the lane-to-be-hung answered the deck first')
+  hang = true
   const r = await eventually(async () => {
     const x = await deck.admin('GET', '/admin/lanes')
     const lanes = x.body.lanes as Array<{ name: string, checkedAt: string, up: boolean }>
