@@ -5,9 +5,9 @@
 // an INC-4491 client that re-sends the same tax quote every 50 ms without
 // backoff. After a baseline, the tax sandbox's latency goes to 8,000 ms for the
 // fault window (set through the deck, as an operator would), then back to
-// normal. The deck (which polls each lane every 500 ms) is read every 250 ms for
-// lane states, active permits and every process's RSS. Afterwards the database is asked whether any
-// authorization was lost, doubled or written though refused, and whether any
+// normal. The deck (which polls each lane every 500 ms) is read every 250 ms
+// for lane states, active permits and every process's RSS. Afterwards the
+// database is asked whether any authorization was lost, doubled or written though refused, and whether any
 // role holds orphaned connections. Writes drill.json and drill.html; exits 1
 // when a criterion fails (2 when the drill itself could not run).
 //
@@ -354,7 +354,8 @@ async function main (): Promise<number> {
       for (const [lane, v] of Object.entries(x.lanes)) {
         if (v.up) continue
         const r = (downReasons[lane] ??= {})
-        r[v.error ?? 'unknown'] = (r[v.error ?? 'unknown'] ?? 0) + 1
+        const why = v.error ?? 'unknown'
+        r[why] = (r[why] ?? 0) + 1
       }
     }
     const transitions: Array<{ s: number, lane: string, from: string | null, to: string | null }> = []
@@ -467,8 +468,7 @@ async function main (): Promise<number> {
     console.log(`\ncard answers ${JSON.stringify(report.card.answers)}; tax answers ${JSON.stringify(taxCodes)}`)
     console.log(`retrying client: ${storms.sent} sent, ${storms.blocked} blocked at the gateway, at most ${figures.storm.maxReachedPerKey} per key reached the lane`)
     console.log(`fleet RSS (${rss.processes} Node processes): before ${rss.beforeMb} MB, peak during ${rss.duringPeakMb} MB, after ${rss.afterMb} MB`)
-    const downText = Object.entries(downReasons).map(([lane, r]) => `${lane} ${Object.entries(r).map(([why, n]) => `${n} × ${why}`).join(', ')}`)
-    console.log(`deck samples with a lane down (of ${samples.length}): ${downText.length ? downText.join('; ') : 'none'}`)
+    console.log(`deck samples with a lane down (of ${samples.length}): ${downSummary(downReasons)}`)
     console.log(`connections: ${connections.map(c => `${c.role} ${c.total}/${c.limit} (orphaned ${c.orphaned})`).join(', ')}`)
     console.log(`\n${pass ? 'PASS' : 'FAIL'}: ${path.relative(process.cwd(), path.join(outDir, 'drill.html'))}, drill.json`)
     return pass ? 0 : 1
@@ -491,6 +491,11 @@ function judged (all: Criterion[], f: { degraded: number, down: number, cardErro
     { id: 'no-card-errors', what: 'card-auth answers other than 201 or a designed 429', limit: '0', measured: `${f.cardErrors} (the faulty tax lane's ${f.taxErrors} and the retrying client's ${f.stormErrors}: reported, not judged)`, pass: f.cardErrors === 0 },
     ...all.filter(c => ['retry-storm', 'ledger', 'orphaned-connections'].includes(c.id)),
   ]
+}
+
+/** "tax 640 × timeout; fraud 2 × timeout", or "none". */
+function downSummary (reasons: Record<string, Record<string, number>>): string {
+  return Object.entries(reasons).map(([lane, r]) => `${lane} ${Object.entries(r).map(([why, n]) => `${n} × ${why}`).join(', ')}`).join('; ') || 'none'
 }
 
 function html (r: any): string {
@@ -531,7 +536,7 @@ function html (r: any): string {
         ['RSS before / peak during / after', `${r.rss.beforeMb} / ${r.rss.duringPeakMb} / ${r.rss.afterMb} MB (${r.rss.processes} Node processes)`],
         ...r.connections.map((c: any) => [`connections ${c.role}`, `${c.total} of limit ${c.limit}: ${c.active} active, ${c.idle} idle, ${c.idleInTransaction} idle in transaction, ${c.orphaned} orphaned`]),
         ['tax state changes', r.tax.stateTransitions.map((t: any) => `${t.s.toFixed(1)} s ${t.from}→${t.to}`).join(', ') || 'none'],
-        ['deck samples with a lane down', `of ${r.deckSawDown.samples}: ${Object.entries(r.deckSawDown.reasons as Record<string, Record<string, number>>).map(([lane, why]) => `${lane} ${Object.entries(why).map(([w, n]) => `${n} × ${w}`).join(', ')}`).join('; ') || 'none'}`],
+        ['deck samples with a lane down', `of ${r.deckSawDown.samples}: ${downSummary(r.deckSawDown.reasons)}`],
         ['other lanes state changes', r.otherLaneTransitions.map((t: any) => `${t.s.toFixed(1)} s ${t.lane} ${t.from}→${t.to}`).join(', ') || 'none'],
         ['answers', `card ${JSON.stringify(r.card.answers)}; tax ${JSON.stringify(r.tax.answers)}; retrying client ${JSON.stringify(r.retryingClient.codes)}`],
       ] },
