@@ -41,6 +41,7 @@ import { evaluate, SPEC_THRESHOLDS, type Criterion, type DrillFigures } from './
 import { compilePreload, FaultSwitch, taxNodeArgs } from '../faults/control.ts'
 import { describeFault, FAULTS, type FaultName } from '../faults/spec.ts'
 import { renderReport, type Chart } from './html-report.ts'
+import { cpuBetween, cpuMark, cpuRows, type CpuMark, type CpuPhase } from '../cpu-phases.ts'
 
 const { values: a } = parseFlags({
   options: {
@@ -102,7 +103,7 @@ const outDir = path.resolve(a.out!)
 const runId = crypto.randomBytes(4).toString('hex')
 
 // ---- the fleet ------------------------------------------------------------
-interface Target { gatewayUrl: string, deckUrl: string, apiKey: string, adminToken: string, databaseUrl: string, stop (): Promise<void>, pinned: string | undefined, pinnedProcesses: number, own: boolean }
+interface Target { gatewayUrl: string, deckUrl: string, apiKey: string, adminToken: string, databaseUrl: string, stop (): Promise<void>, pinned: string | undefined, pinnedProcesses: number, own: boolean, pid?: number }
 async function fleetUnderTest (): Promise<Target> {
   if (a.gateway) {
     const need = ['API_KEY', 'ADMIN_TOKEN', 'DATABASE_URL'].filter(k => !process.env[k])
@@ -321,12 +322,17 @@ async function main (): Promise<number> {
     // ---- run ------------------------------------------------------------------
     console.log(`drill ${runId}: card ${P.cardRate}/s, tax ${P.taxRate}/s, ${P.stormClients} retrying clients; baseline ${B} s, fault ${F} s (${faultText}), recovery ${R} s`)
     const faultMarks = { setAt: NaN, clearedAt: NaN, clearedWall: NaN }
+    // CPU of every process and of the machine at the load's start, the fault's
+    // start and end, and the load's end: what each phase used, in cores.
+    const cpuMarks: CpuMark[] = [await cpuMark(fleet.pid, db)]
     const fault = (async () => {
       await sleep(faultFrom * 1000 - (performance.now() - t0))
       await setFault(true); faultMarks.setAt = at()
+      cpuMarks.push(await cpuMark(fleet.pid, db))
       console.log(`  fault on at ${faultMarks.setAt.toFixed(1)} s`)
       await sleep(faultTo * 1000 - (performance.now() - t0))
       await setFault(false); faultMarks.clearedAt = at(); faultMarks.clearedWall = Date.now()
+      cpuMarks.push(await cpuMark(fleet.pid, db))
       console.log(`  fault off at ${faultMarks.clearedAt.toFixed(1)} s`)
     })()
     const [cardRun, taxRun] = await Promise.all([
@@ -335,6 +341,7 @@ async function main (): Promise<number> {
       fault,
       ...Array.from({ length: P.stormClients }, (_x, j) => storm(j)),
     ])
+    cpuMarks.push(await cpuMark(fleet.pid, db))
     sampling = false
     await sampler
     console.log(`  load done at ${at().toFixed(1)} s (card sent ${cardRun.sentRate.toFixed(0)}/s, worst send lag ${cardRun.maxSendLagMs.toFixed(1)} ms; tax sent ${taxRun.sentRate.toFixed(0)}/s)`)
@@ -428,6 +435,10 @@ async function main (): Promise<number> {
     })
     const pass = criteria.every(c => c.pass)
 
+    // Cores used per phase (a fault that failed to switch leaves fewer marks: no table).
+    const [m0, m1, m2, m3] = cpuMarks
+    const cpu: Record<string, CpuPhase> | null = m0 && m1 && m2 && m3 ? { baseline: cpuBetween(m0, m1), fault: cpuBetween(m1, m2), recovery: cpuBetween(m2, m3) } : null
+
     const commit = gitCommit()
     const machine = machineLine()
     const placement = fleet.own ? `fleet (${process.env.DATABASE_URL ? '' : 'PostgreSQL, '}gateway, lanes, workers, deck, sandbox${process.env.DATABASE_URL ? '; PostgreSQL at DATABASE_URL, not pinned' : ''}) pinned to cpu ${fleet.pinned !== undefined ? `${fleet.pinned} (${fleet.pinnedProcesses} processes, once up)` : '(not pinned: no taskset)'}, generator to cpu ${pinned ? a['generator-cpus'] : '(not pinned)'}` : `fleet at ${fleet.gatewayUrl} (not started here)`
@@ -452,7 +463,7 @@ async function main (): Promise<number> {
       otherLaneTransitions: transitions.filter(x => x.lane !== 'tax'),
       deckSawDown: { samples: samples.length, reasons: downReasons },
       retryingClient: { ...storms, allowedPerKey },
-      ledger: figures.ledger, connections, rss, timeline,
+      ledger: figures.ledger, connections, rss, cpu, timeline,
     }
     fs.mkdirSync(outDir, { recursive: true })
     fs.writeFileSync(path.join(outDir, 'drill.json'), JSON.stringify(report, null, 2))
@@ -470,6 +481,10 @@ async function main (): Promise<number> {
     console.log(`fleet RSS (${rss.processes} Node processes): before ${rss.beforeMb} MB, peak during ${rss.duringPeakMb} MB, after ${rss.afterMb} MB`)
     console.log(`deck samples with a lane down (of ${samples.length}): ${downSummary(downReasons)}`)
     console.log(`connections: ${connections.map(c => `${c.role} ${c.total}/${c.limit} (orphaned ${c.orphaned})`).join(', ')}`)
+    if (cpu) {
+      console.log('\n| CPU, cores used | baseline | fault | recovery |\n|---|---|---|---|')
+      for (const r of cpuRows(cpu, 'fault')) console.log(`| ${r.join(' | ')} |`)
+    }
     console.log(`\n${pass ? 'PASS' : 'FAIL'}: ${path.relative(process.cwd(), path.join(outDir, 'drill.html'))}, drill.json`)
     return pass ? 0 : 1
   } finally {
@@ -540,6 +555,7 @@ function html (r: any): string {
         ['other lanes state changes', r.otherLaneTransitions.map((t: any) => `${t.s.toFixed(1)} s ${t.lane} ${t.from}→${t.to}`).join(', ') || 'none'],
         ['answers', `card ${JSON.stringify(r.card.answers)}; tax ${JSON.stringify(r.tax.answers)}; retrying client ${JSON.stringify(r.retryingClient.codes)}`],
       ] },
+      ...(r.cpu ? [{ title: 'CPU by phase, cores used (fleet processes from /proc/<pid>/stat, PostgreSQL backends by role; the machine from /proc/stat)', head: ['process', 'baseline', 'fault', 'recovery'], rows: cpuRows(r.cpu, 'fault') }] : []),
     ],
     charts, bands: band,
   })
