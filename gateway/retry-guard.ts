@@ -23,7 +23,7 @@ import fp from 'fastify-plugin'
 import rateLimit, { type RateLimitPluginOptions } from '@fastify/rate-limit'
 import { AppError } from '../shared/errors.ts'
 import { rateLimitFields } from '../shared/rate-limit-fields.ts'
-import { SlidingLog, slidingLogStore } from './sliding-log.ts'
+import { dropOldest, SlidingLog, slidingLogStore } from './sliding-log.ts'
 
 export interface RetryGuardConfig {
   /** Attempts of one (client, key) allowed per window: 4 = the first try and 3 retries. */
@@ -155,7 +155,8 @@ const retryGuardPlugin: FastifyPluginAsync<RetryGuardOptions> = async (app, { co
     const isRetry = notBefore !== undefined
     seen.delete(seenKey)
     seen.set(seenKey, notBefore ?? 0)
-    if (seen.size > cfg.seenCapacity) seen.delete(seen.keys().next().value as string)
+    // Past capacity the oldest 1% go at once (one key per request costs more and more: sliding-log.ts).
+    if (seen.size > cfg.seenCapacity) dropOldest(seen, Math.ceil(cfg.seenCapacity / 100))
 
     const attempts = await perKey(req)
     if (!attempts.isAllowed && attempts.isExceeded) {

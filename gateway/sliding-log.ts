@@ -25,11 +25,19 @@
 // no answer) costs the key one window after that, not forever.
 //
 // Memory: at most `max` numbers per key and at most `capacity` keys. The Map
-// is kept in last-use order; each call first drops a few keys whose log has
-// left the window entirely (so idle keys go away as traffic flows), and past
-// `capacity` the least recently used key is forgotten even if its window is
-// still open. Such a key starts afresh: the bound on memory wins over the limit
-// for a flood of more than `capacity` distinct keys within one window.
+// is kept in last-use order; every SWEEP_EVERY_MS a call first drops the keys
+// at its head whose log has left the window entirely (so idle keys go away as
+// traffic flows), and past `capacity` the least recently used 1% are forgotten
+// at once even if their window is still open. Such a key starts afresh: the
+// bound on memory wins over the limit for a flood of more than `capacity`
+// distinct keys within one window.
+//
+// Both drop from the Map's head in batches, not one key per call: V8 leaves a
+// deleted entry as a hole until the table is next rebuilt, and every new
+// iterator steps over the holes at the head, so taking the first key once per
+// call costs time in proportion to the keys dropped since (29 µs a call on a
+// full 200,000-key Map, against 1.1 µs dropping 1% at once; in the drill at
+// 1,400 authorizations/s the sweep grew to 7% of the gateway's CPU).
 import { performance } from 'node:perf_hooks'
 
 export interface SlidingLogOptions {
@@ -46,13 +54,26 @@ export interface Hit {
   ttl: number
 }
 
-/** Idle keys dropped per call at most: more than one per call keeps pace with new keys. */
-const SWEEP_PER_CALL = 8
+/** How often idle keys are dropped (ms of the log's clock). */
+const SWEEP_EVERY_MS = 100
+/** Idle keys dropped per sweep at most, so one sweep after a lull is a short pause, not a long one. */
+const SWEEP_MAX = 10_000
+
+/** Drop the `n` oldest entries of an insertion-ordered Map with one iterator (see the note above on holes). */
+export function dropOldest<K, V> (m: Map<K, V>, n: number): void {
+  const it = m.keys()
+  for (let i = 0; i < n; i++) {
+    const next = it.next()
+    if (next.done === true) return
+    m.delete(next.value)
+  }
+}
 
 export class SlidingLog {
   readonly #logs = new Map<string, number[]>()
   readonly #opts: SlidingLogOptions
   readonly #now: () => number
+  #swept = -Infinity
 
   constructor (opts: SlidingLogOptions, now: () => number = () => performance.now()) {
     this.#opts = opts
@@ -95,7 +116,7 @@ export class SlidingLog {
       if (log.length > max) log.shift()
     }
     if (log.length > 0) this.#logs.set(key, log)
-    if (this.#logs.size > this.#opts.capacity) this.#logs.delete(this.#logs.keys().next().value as string)
+    if (this.#logs.size > this.#opts.capacity) dropOldest(this.#logs, Math.ceil(this.#opts.capacity / 100))
     return { current: admitted ? log.length : max + 1, ttl: ttlOf(log, now, windowMs, max) }
   }
 
@@ -107,12 +128,13 @@ export class SlidingLog {
   }
 
   #sweep (now: number, windowMs: number): void {
-    for (let i = 0; i < SWEEP_PER_CALL; i++) {
-      const first = this.#logs.entries().next().value
-      if (!first) return
-      const [key, log] = first
-      if (log.length > 0 && log[log.length - 1]! > now - windowMs) return
+    if (now - this.#swept < SWEEP_EVERY_MS) return
+    this.#swept = now
+    let dropped = 0
+    for (const [key, log] of this.#logs) {
+      if (dropped >= SWEEP_MAX || (log.length > 0 && log[log.length - 1]! > now - windowMs)) return
       this.#logs.delete(key)
+      dropped++
     }
   }
 }

@@ -9,7 +9,7 @@
 // refused too (ADV-IR-01: no requests without backoff): its lanes are down
 // (discard port), so a first attempt gets 503 ERR_LANE_UNAVAILABLE, Retry-After: 5.
 import t from 'tap'
-import { SlidingLog } from '../gateway/sliding-log.ts'
+import { dropOldest, SlidingLog } from '../gateway/sliding-log.ts'
 import { startLoneGateway } from './helpers/gateway.ts'
 import { sleep, type Res } from './helpers/http.ts'
 
@@ -100,6 +100,15 @@ t.test('SlidingLog memory is bounded: idle keys are dropped, and never more than
   now = 20_000 + 10_000
   for (let i = 0; i < 200; i++) log.hit(`fresh${i % 3}`, 10_000, MAX)
   t.equal(log.size, 3, 'only the keys used within the window remain')
+})
+
+t.test('dropOldest drops the oldest entries first, and stops when the map is empty', async t => {
+  const m = new Map([['a', 1], ['b', 2], ['c', 3], ['d', 4]])
+  m.delete('b'); m.set('b', 5) // b is now the newest
+  dropOldest(m, 2)
+  t.same([...m.keys()], ['d', 'b'], 'a and c (the two oldest) are gone, in insertion order')
+  dropOldest(m, 10)
+  t.equal(m.size, 0, 'more than there are: all of them, no error')
 })
 
 async function storm (key: string, pattern: number[]): Promise<Attempt[]> {
