@@ -1,5 +1,5 @@
 // Store a tax quote and answer it. A compensated quote is stored together with
-// its tax-reconcile job in one transaction: no compensated quote without its
+// its tax-reconcile job by one statement: no compensated quote without its
 // reconciliation, no job without its quote. Inside a permit the quote is written
 // on the lane's pool, under the execution's deadline. A compensation given
 // because the lane is saturated holds no permit: it is written by the lane's
@@ -52,22 +52,33 @@ function answer (r: QuoteRecord, stored: Stored): LaneResult {
   return { status: 200, body: r.response, headers: { location: `/v1/tax/quotes/${r.id}` } }
 }
 
-/** Inside a permit: one short transaction on the lane's pool. */
+// Inside a permit, one statement on the lane's pool, in autocommit: the quote,
+// and for a compensated one its reconcile job, atomic and durable when it
+// returns; one round trip where a transaction took three (BEGIN, the writes,
+// COMMIT: each a wake-up of the lane and of its backend). A key already taken
+// returns the earlier quote (`inserted` false) and queues no job.
+const QUOTE_COLUMNS = 'id, client_id, idempotency_key, fingerprint, jurisdiction, amount, currency, rate, tax, total, source, table_version, response'
+const INSERT_QUOTE = `insert into tax.quotes as q (${QUOTE_COLUMNS})
+  values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+  on conflict (client_id, idempotency_key) do update set id = q.id
+  returning q.fingerprint, q.response, (q.id = $1) as inserted`
+const STORE_QUOTE = { name: 'tax-store-quote', text: INSERT_QUOTE }
+// The job CTE is a plain SELECT, evaluated only as far as the outer query reads
+// it: the count reads all of it.
+const STORE_COMPENSATED = {
+  name: 'tax-store-compensated',
+  text: `with ins as (${INSERT_QUOTE}),
+    job as (select jobs.enqueue('${QUEUES.taxReconcile}', '${JOB_NAMES.taxReconcile}', $14::jsonb, 0, 0, 20, 'reconcile:' || $1::text) from ins where ins.inserted)
+  select ins.fingerprint, ins.response, ins.inserted from ins cross join (select count(*) from job) j`,
+}
+
+/** Inside a permit: one statement on the lane's pool, under the execution's deadline. */
 export async function storeQuote (exec: Execution, r: QuoteRecord): Promise<LaneResult> {
-  const stored = await exec.db.tx(async c => {
-    const ins = await c.query<Stored>(
-      `insert into tax.quotes as q (id, client_id, idempotency_key, fingerprint, jurisdiction, amount, currency, rate, tax, total, source, table_version, response)
-       values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
-       on conflict (client_id, idempotency_key) do update set id = q.id
-       returning q.fingerprint, q.response, (q.id = $1) as inserted`,
-      [r.id, r.clientId, r.key, r.fingerprint, r.jurisdiction, r.amount, r.currency, r.rate, r.tax, r.total, r.source, r.tableVersion, r.response])
-    const row = ins.rows[0]!
-    if (row.inserted && r.source === 'compensation') {
-      await c.query('select jobs.enqueue($1, $2, $3, 0, 0, 20, $4)', [QUEUES.taxReconcile, JOB_NAMES.taxReconcile, { quoteId: r.id, reason: r.reason }, `reconcile:${r.id}`])
-    }
-    return row
-  })
-  return answer(r, stored)
+  const values = [r.id, r.clientId, r.key, r.fingerprint, r.jurisdiction, r.amount, r.currency, r.rate, r.tax, r.total, r.source, r.tableVersion, r.response]
+  const { rows } = r.source === 'compensation'
+    ? await exec.db.query<Stored>(STORE_COMPENSATED, [...values, { quoteId: r.id, reason: r.reason }])
+    : await exec.db.query<Stored>(STORE_QUOTE, values)
+  return answer(r, rows[0]!)
 }
 
 // One statement writes the batch's quotes and, for those that were new, their
