@@ -6,6 +6,8 @@ import { RETRY_GUARD_DEFAULTS } from './retry-guard.ts'
 export const GATEWAY_ENV = Type.Object({
   GATEWAY_PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 8080 }),
   GATEWAY_HOST: Type.String({ default: '0.0.0.0' }),
+  // Connections the kernel holds for the gateway before it accepts them (capped by net.core.somaxconn).
+  GATEWAY_LISTEN_BACKLOG: Type.Integer({ default: 4_096, minimum: 1, maximum: 65_535 }),
   API_KEYS_FILE: Type.String({ default: '.data/api-keys.json' }),
   CARD_AUTH_URL: Type.String({ default: 'http://127.0.0.1:8101', pattern: '^https?://' }),
   FRAUD_URL: Type.String({ default: 'http://127.0.0.1:8102', pattern: '^https?://' }),

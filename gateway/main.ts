@@ -25,5 +25,8 @@ const { app } = await buildApp({
   maxRssBytes: cfg.GATEWAY_PRESSURE_MAX_RSS_BYTES,
   logger: loggerOptions('gateway'),
 })
-await app.listen({ port: cfg.GATEWAY_PORT, host: cfg.GATEWAY_HOST })
+// Node's default backlog is 511: clients opening connections in a burst while the
+// gateway is busy overflowed it, and a connection whose SYN was dropped is retried
+// by its client's kernel 1, 3, 7 s… later, a stall the gateway never sees.
+await app.listen({ port: cfg.GATEWAY_PORT, host: cfg.GATEWAY_HOST, backlog: cfg.GATEWAY_LISTEN_BACKLOG })
 onShutdown(app.log, async () => { keys.close(); await app.close() })
