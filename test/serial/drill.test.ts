@@ -21,7 +21,7 @@ const out = path.join(ROOT, 'test-artifacts/drill-ci')
 t.teardown(() => fs.rmSync(dataDir, { recursive: true, force: true }))
 const BASE_PORT = 18680
 const TIMING = new Set(['card-p99', 'shed-decision', 'tax-recovery'])
-const args = ['--card-rate', '60', '--tax-rate', '30', '--storm-clients', '4', '--warmup-seconds', '5', '--baseline-seconds', '4', '--fault-seconds', '10', '--recovery-seconds', '8', '--base-port', String(BASE_PORT), '--data-dir', dataDir, '--out', out]
+const args = ['--card-rate', '60', '--tax-rate', '30', '--storm-clients', '4', '--warmup-seconds', '5', '--baseline-seconds', '4', '--fault-seconds', '10', '--recovery-seconds', '8', '--base-port', String(BASE_PORT), '--data-dir', dataDir, '--out', out, '--fleet-cpus', '0', '--generator-cpus', '1']
 
 t.test('npm run drill (short): the functional criteria pass and the report is complete', async t => {
   fs.rmSync(out, { recursive: true, force: true })
@@ -52,6 +52,12 @@ t.test('npm run drill (short): the functional criteria pass and the report is co
   // Pinned once up: the supervisor and its 8 children at least (PostgreSQL is the test's).
   const pinnedCount = Number(/pinned to cpu 0 \((\d+) processes, once up\)/.exec(r.placement)?.[1])
   t.ok(pinnedCount >= 9, `fleet pinned to cpu 0: ${pinnedCount} processes`)
+  // Cores used per phase: the fleet's processes by name, the generator, the machine.
+  for (const phase of ['baseline', 'fault', 'recovery']) {
+    const c = r.cpu?.[phase]
+    t.ok(c && c.fleet.gateway > 0 && c.fleet['card-auth'] > 0 && c.generator > 0 && c.machineBusy > 0 && c.cpus >= 1,
+      `CPU in the ${phase}: gateway ${c?.fleet.gateway}, card-auth ${c?.fleet['card-auth']}, generator ${c?.generator}, machine ${c?.machineBusy} of ${c?.cpus}`)
+  }
 
   // The load held its rates (open loop) and every answer is accounted for.
   t.ok(Math.abs(r.load.card.sentRate - 60) / 60 < 0.1, `card sent at ${r.load.card.sentRate.toFixed(1)} req/s`)

@@ -64,8 +64,11 @@ const { values: a } = parseFlags({
     out: { type: 'string', default: 'test-artifacts/drill' },
     'data-dir': { type: 'string', default: '.data/drill' },
     'base-port': { type: 'string', default: '18380' },
-    'fleet-cpus': { type: 'string', default: '0' },
-    'generator-cpus': { type: 'string', default: '1' },
+    // Unpinned by default: fleet and load generator share the machine, as the issue's
+    // own run did ("a 2-core machine, load generator included"). Pinned to one core
+    // each, the fleet used at most one while the machine stood 0.6 of a core idle.
+    'fleet-cpus': { type: 'string' },
+    'generator-cpus': { type: 'string' },
     help: { type: 'boolean', default: false },
   },
 }, 'npm run drill -- --help lists the flags')
@@ -78,6 +81,8 @@ if (a.help) {
                       --tax-heap-mb 256), so only on a fleet the drill starts itself; the deck has no admin
                       that loads code into, or kills, a lane's process.
   --card-rate, --tax-rate, --fault-seconds, --baseline-seconds, --recovery-seconds, --warmup-seconds
+  --fleet-cpus L --generator-cpus L   pin the fleet (once up) and the load generator with taskset, e.g. 0 and 1
+                    (default: neither pinned, both share the machine)
   --gateway URL --deck URL   a running fleet (API_KEY, ADMIN_TOKEN, DATABASE_URL from env)`)
   process.exit(0)
 }
@@ -441,7 +446,7 @@ async function main (): Promise<number> {
 
     const commit = gitCommit()
     const machine = machineLine()
-    const placement = fleet.own ? `fleet (${process.env.DATABASE_URL ? '' : 'PostgreSQL, '}gateway, lanes, workers, deck, sandbox${process.env.DATABASE_URL ? '; PostgreSQL at DATABASE_URL, not pinned' : ''}) pinned to cpu ${fleet.pinned !== undefined ? `${fleet.pinned} (${fleet.pinnedProcesses} processes, once up)` : '(not pinned: no taskset)'}, generator to cpu ${pinned ? a['generator-cpus'] : '(not pinned)'}` : `fleet at ${fleet.gatewayUrl} (not started here)`
+    const placement = fleet.own ? `fleet (${process.env.DATABASE_URL ? '' : 'PostgreSQL, '}gateway, lanes, workers, deck, sandbox${process.env.DATABASE_URL ? '; PostgreSQL at DATABASE_URL, not pinned' : ''}) ${fleet.pinned !== undefined ? `pinned to cpu ${fleet.pinned} (${fleet.pinnedProcesses} processes, once up)` : a['fleet-cpus'] ? 'not pinned (no taskset)' : 'not pinned'}, generator ${pinned ? `pinned to cpu ${a['generator-cpus']}` : 'not pinned'}` : `fleet at ${fleet.gatewayUrl} (not started here)`
     const phases = {
       warmupSeconds: P.warmupS, settledMs, baseline: [0, faultFrom], fault: [faultFrom, faultTo], recovery: [faultTo, end],
       faultSetAtS: faultMarks.setAt, faultClearedAtS: faultMarks.clearedAt,
