@@ -9,8 +9,9 @@ import path from 'node:path'
 import { loadConfig } from '../../shared/config.ts'
 import { fleetProcess, NICE } from '../../shared/fleet.ts'
 import { bootstrapDatabase, localSecrets } from '../../shared/db/bootstrap.ts'
+import { startBackendPriorities } from './backend-priorities.ts'
 import { isEmbeddedStartError } from '../../shared/db/embedded.ts'
-import { deckRoleName, jobsRoleName, LANE_NAMES, LANE_QUEUES, envPrefix, laneLimits, laneUrl as laneUrlOf } from '../../shared/lanes.ts'
+import { deckRoleName, jobsRoleName, LANE_DEFAULTS, LANE_NAMES, LANE_QUEUES, envPrefix, laneLimits, laneUrl as laneUrlOf } from '../../shared/lanes.ts'
 import { idleTrimMs, startIdleTrim } from '../../shared/idle-trim.ts'
 import { onShutdown, SUPERVISOR_KILL_AFTER_MS } from '../../shared/lifecycle.ts'
 import { createKey, hashKey, readKeyFile } from '../../shared/api-keys.ts'
@@ -35,7 +36,7 @@ const dataDir = path.resolve(cfg.DATA_DIR)
 const say = (m: string): void => { process.stdout.write(`[supervisor] ${m}\n`) }
 // What the supervisor has started, for every way it can end (see `stopAll` and the 'exit' hook below).
 const children: SupervisedChild[] = []
-const owned: { stopDatabase?: () => Promise<void> } = {}
+const owned: { stopDatabase?: () => Promise<void>, stopBackendPriorities?: () => Promise<void> } = {}
 process.once('exit', () => { for (const c of children) c.killNow() })
 const shutdown = onShutdown({ info: (_o, m) => say(m), error: (o, m) => say(`${m}: ${String((o as { err?: unknown }).err)}`) }, stopAll, 2 * SUPERVISOR_KILL_AFTER_MS + 10_000)
 let stopping = false
@@ -59,6 +60,7 @@ async function stopAll (): Promise<void> {
   say('draining the gateway, then the lanes, then PostgreSQL')
   await Promise.all(children.filter(c => c.spec.name === 'gateway').map(c => c.stop()))
   await Promise.all(children.filter(c => c.spec.name !== 'gateway').map(c => c.stop()))
+  await owned.stopBackendPriorities?.()
   await owned.stopDatabase?.()
   say('stopped')
 }
@@ -173,6 +175,16 @@ try {
   await Promise.all(rest.map(c => waitHealthy(c.spec.healthUrl, 60_000)))
 } catch (err) {
   await fail(`fleet did not come up: ${(err as Error).message}`)
+}
+
+// The database's work at its lanes' priorities too: each role's backends at its
+// lane's nice (backend-priorities.ts), on a server started here only. The
+// workers' shared role at the better of their lanes' levels.
+if (db.embedded && cfg.CPU_PRIORITIES) {
+  const niceByRole: Record<string, number> = Object.fromEntries(LANE_NAMES.map(n => [laneLimits(n).db.role, NICE[LANE_DEFAULTS[n].priority]]))
+  niceByRole[jobsRoleName()] = Math.min(...workerLanes.map(l => NICE[LANE_DEFAULTS[l].priority]))
+  niceByRole[deckRoleName()] = NICE.admin
+  owned.stopBackendPriorities = startBackendPriorities({ databaseUrl: db.superUrl, niceByRole, everyMs: 2_000, log: say }).stop
 }
 
 const creds = {
