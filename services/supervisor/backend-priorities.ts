@@ -10,7 +10,7 @@
 // for a server this supervisor started: an external server's processes are not
 // its to touch, and may not be on this host at all.
 import os from 'node:os'
-import pg from 'pg'
+import { createClient } from '../../shared/db/pool.ts'
 
 export interface BackendPriorities { stop (): Promise<void>, readonly reniced: ReadonlyMap<number, number> }
 
@@ -19,7 +19,7 @@ export function startBackendPriorities (o: { databaseUrl: string, niceByRole: Re
   const reniced = new Map<number, number>()
   let warned = false
   const warnOnce = (m: string): void => { if (!warned) { warned = true; o.log(m) } }
-  const client = new pg.Client({ connectionString: o.databaseUrl, application_name: 'watertight-supervisor' })
+  const client = createClient(o.databaseUrl, 'watertight-supervisor')
   let stopped = false
   client.on('error', err => { if (!stopped) warnOnce(`backend CPU priorities: ${err.message}`) })
   let connected: Promise<void> | undefined
