@@ -12,7 +12,7 @@
 import os from 'node:os'
 import { createClient } from '../../shared/db/pool.ts'
 
-export interface BackendPriorities { stop (): Promise<void>, readonly reniced: ReadonlyMap<number, number> }
+export interface BackendPriorities { stop (): Promise<void> }
 
 export function startBackendPriorities (o: { databaseUrl: string, niceByRole: Record<string, number>, everyMs: number, log (m: string): void }): BackendPriorities {
   const roles = Object.keys(o.niceByRole).filter(r => o.niceByRole[r]! > 0)
@@ -52,7 +52,6 @@ export function startBackendPriorities (o: { databaseUrl: string, niceByRole: Re
   const timer = setInterval(tick, o.everyMs)
   timer.unref()
   return {
-    reniced,
     async stop () {
       stopped = true
       clearInterval(timer)

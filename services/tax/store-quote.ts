@@ -91,7 +91,7 @@ const WRITE_BATCH = `
                          $9::numeric[], $10::bigint[], $11::bigint[], $12::text[], $13::jsonb[], $14::text[])
       as t(ord, id, client_id, idempotency_key, fingerprint, jurisdiction, amount, currency, rate, tax, total, table_version, response, reason)
   ), ins as (
-    insert into tax.quotes (id, client_id, idempotency_key, fingerprint, jurisdiction, amount, currency, rate, tax, total, source, table_version, response)
+    insert into tax.quotes (${QUOTE_COLUMNS})
     select id, client_id, idempotency_key, fingerprint, jurisdiction, amount, currency, rate, tax, total, 'compensation', table_version, response
       from input order by ord
     on conflict (client_id, idempotency_key) do nothing
