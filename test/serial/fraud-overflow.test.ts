@@ -99,9 +99,13 @@ t.test('a screening retried while its first attempt runs is told so at once, the
   // Reads go on, the first attempt's insert waits: it is in flight, holding its key.
   await locker.query('lock table fraud.screenings in exclusive mode')
   const first = screen(950, 'fr-inflight')
-  t.ok(await eventually(async () => (await fleet.status('fraud')).active === 1), 'the first attempt runs')
+  // Its permit alone is not enough: the attempt takes its key's lock in its first
+  // statement, so wait until its insert is queued behind the table lock.
+  const blocked = async () => (await db.query(
+    `select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and query like 'insert into fraud.screenings%'`)).length === 1
+  t.ok(await eventually(blocked), 'the first attempt runs, its insert waiting on the lock')
   const retry = await screen(950, 'fr-inflight')
-  t.equal(retry.status, 409, 'the retry is answered at once')
+  t.equal(retry.status, 409, `the retry is answered at once (${retry.status} ${retry.body?.code})`)
   t.equal(retry.body.code, 'ERR_IDEMPOTENCY_IN_PROGRESS')
   t.equal(retry.headers['retry-after'], '1')
   await locker.query('rollback')
