@@ -4,6 +4,7 @@
 // the lane that owns the route, through that lane's own undici pool.
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import type client from 'prom-client'
+import type { Dispatcher } from 'undici'
 import { IdParams, Problem } from '../shared/api-schemas.ts'
 import { AppError } from '../shared/errors.ts'
 import { saturationError, type LaneName } from '../shared/lanes.ts'
@@ -74,6 +75,55 @@ export interface ProxyCounters {
   saturated (lane: LaneName): void
 }
 
+/** A lane's whole answer, as read by `LaneCall`. */
+interface LaneAnswer { status: number, headers: Record<string, string | string[] | undefined>, body: Buffer }
+
+/**
+ * One request to a lane through undici's dispatch API: the answer is collected
+ * whole (at most the pool's maxResponseSize) into a Buffer. Cheaper per request
+ * than `pool.request`, which builds an AbortSignal listener and a body stream
+ * for every call; a client that goes away cancels it with `cancel()`.
+ */
+class LaneCall implements Dispatcher.DispatchHandler {
+  readonly answer: Promise<LaneAnswer>
+  #resolve!: (a: LaneAnswer) => void
+  #reject!: (e: unknown) => void
+  #controller: Dispatcher.DispatchController | undefined
+  #cancelled = false
+  #status = 0
+  #headers: Record<string, string | string[] | undefined> = {}
+  #chunks: Buffer[] = []
+
+  constructor () {
+    this.answer = new Promise<LaneAnswer>((resolve, reject) => { this.#resolve = resolve; this.#reject = reject })
+  }
+
+  /** The client went away: the lane's socket is closed if the request is on it, and the answer never comes. */
+  cancel (): void {
+    this.#cancelled = true
+    this.#controller?.abort(new Error('client disconnected'))
+  }
+
+  onRequestStart (controller: Dispatcher.DispatchController): void {
+    this.#controller = controller
+    if (this.#cancelled) controller.abort(new Error('client disconnected'))
+  }
+
+  onResponseStart (_c: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+    if (statusCode < 200) return // 1xx: the answer is still to come
+    this.#status = statusCode
+    this.#headers = headers
+  }
+
+  onResponseData (_c: Dispatcher.DispatchController, chunk: Buffer): void { this.#chunks.push(chunk) }
+
+  onResponseEnd (): void {
+    this.#resolve({ status: this.#status, headers: this.#headers, body: this.#chunks.length === 1 ? this.#chunks[0]! : Buffer.concat(this.#chunks) })
+  }
+
+  onResponseError (_c: Dispatcher.DispatchController, err: Error): void { this.#reject(err) }
+}
+
 async function proxy (req: FastifyRequest, reply: FastifyReply, spec: RouteSpec, up: Upstream, count: ProxyCounters): Promise<unknown> {
   if (up.inflight >= up.cap) {
     const detail = `lane ${up.lane} has ${up.inflight} requests in flight at the gateway (cap ${up.cap})`
@@ -87,8 +137,9 @@ async function proxy (req: FastifyRequest, reply: FastifyReply, spec: RouteSpec,
     throw saturationError(up.lane, detail, { name: `gateway-${up.lane}`, quota: up.cap })
   }
   up.inflight++
-  const ac = new AbortController()
-  const onClose = (): void => { if (!reply.raw.writableFinished) ac.abort() }
+  const call = new LaneCall()
+  let gone = false
+  const onClose = (): void => { if (!reply.raw.writableFinished) { gone = true; call.cancel() } }
   reply.raw.on('close', onClose)
   try {
     const headers: Record<string, string> = {
@@ -99,18 +150,19 @@ async function proxy (req: FastifyRequest, reply: FastifyReply, spec: RouteSpec,
     if (typeof key === 'string') headers['idempotency-key'] = key
     let body: string | undefined
     if (spec.method === 'POST') { headers['content-type'] = 'application/json'; body = (req as FastifyRequest & { rawBody?: string }).rawBody ?? JSON.stringify(req.body) }
-    const res = await up.pool.request({ method: spec.method, path: req.url, headers, body, signal: ac.signal })
+    up.pool.dispatch({ method: spec.method, path: req.url, headers, body }, call)
     // Read whole (at most LANE_ANSWER_MAX_BYTES, undici's maxResponseSize), then
     // sent: the client gets the lane's whole answer or a problem+json, never an
     // answer cut off halfway by a lane that failed mid-body.
-    const payload = Buffer.from(await res.body.arrayBuffer())
+    const res = await call.answer
     up.reachable = true
-    for (const [k, v] of Object.entries(res.headers)) {
+    for (const k in res.headers) {
+      const v = res.headers[k]
       if (v !== undefined && !DROP_RESPONSE.has(k)) reply.header(k, v)
     }
-    return reply.code(res.statusCode).send(payload)
+    return reply.code(res.status).send(res.body)
   } catch (err) {
-    if (ac.signal.aborted) return reply.hijack()
+    if (gone) return reply.hijack()
     const code = (err as { code?: string }).code ?? 'error'
     if (code === 'UND_ERR_RES_EXCEEDED_MAX_SIZE') {
       req.log.error({ lane: up.lane }, 'lane answer over the limit')

@@ -8,7 +8,7 @@ import path from 'node:path'
 export interface ApiKeyRecord { clientId: string, hash: string, createdAt: string, revokedAt?: string }
 export interface ApiKeyFile { keys: ApiKeyRecord[] }
 
-export const hashKey = (key: string): string => crypto.createHash('sha256').update(key).digest('hex')
+export const hashKey = (key: string): string => crypto.hash('sha256', key, 'hex')
 
 export function readKeyFile (file: string): ApiKeyFile {
   if (!fs.existsSync(file)) return { keys: [] }

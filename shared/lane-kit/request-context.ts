@@ -21,7 +21,7 @@ export function idempotencyKeyOf (req: FastifyRequest): string {
 
 /** A stable fingerprint of a JSON body: same fields, any order, same hash. */
 export function fingerprint (body: unknown): string {
-  return crypto.createHash('sha256').update(canonical(body)).digest('hex')
+  return crypto.hash('sha256', canonical(body), 'hex')
 }
 
 function canonical (v: unknown): string {
