@@ -3,6 +3,8 @@
 // decided in microseconds — INV-BH-02 asks for < 5 ms. A permit is released
 // exactly once whatever happens to the work (error, abort, disconnect, deadline).
 
+import { cancellationOf, type Cancellation } from './cancellation.ts'
+
 export type RejectReason = 'queue_full' | 'queue_timeout' | 'fail_fast' | 'aborted'
 
 export class BulkheadRejected extends Error {
@@ -26,8 +28,8 @@ interface Waiter {
   reject (e: BulkheadRejected): void
   timer: NodeJS.Timeout | undefined
   enqueuedAt: number
-  onAbort: (() => void) | undefined
-  signal: AbortSignal | undefined
+  /** Removes the waiter's abort callback. */
+  off: (() => void) | undefined
   done: boolean
 }
 
@@ -71,7 +73,8 @@ export class Bulkhead {
    * Take a permit: at once when one is free, else wait in the FIFO queue for at
    * most queueWaitMs. Rejects at once when the queue is full (or has no room at all).
    */
-  acquire (signal?: AbortSignal): Promise<Permit> {
+  acquire (stop?: Cancellation | AbortSignal): Promise<Permit> {
+    const signal = stop === undefined ? undefined : cancellationOf(stop)
     if (signal?.aborted) return Promise.reject(new BulkheadRejected('aborted'))
     const now = tryNow()
     const p = this.tryAcquire()
@@ -80,12 +83,9 @@ export class Bulkhead {
       return Promise.reject(new BulkheadRejected(this.queueCapacity === 0 ? 'fail_fast' : 'queue_full'))
     }
     return new Promise<Permit>((resolve, reject) => {
-      const w: Waiter = { resolve, reject, timer: undefined, enqueuedAt: now, onAbort: undefined, signal, done: false }
+      const w: Waiter = { resolve, reject, timer: undefined, enqueuedAt: now, off: undefined, done: false }
       w.timer = setTimeout(() => this.#dropWaiter(w, 'queue_timeout'), this.queueWaitMs)
-      if (signal) {
-        w.onAbort = () => this.#dropWaiter(w, 'aborted')
-        signal.addEventListener('abort', w.onAbort, { once: true })
-      }
+      if (signal) w.off = signal.onAbort(() => this.#dropWaiter(w, 'aborted'))
       this.#queue.push(w)
       this.#changed()
     })
@@ -103,7 +103,7 @@ export class Bulkhead {
   #settle (w: Waiter): void {
     w.done = true
     if (w.timer) clearTimeout(w.timer)
-    if (w.onAbort && w.signal) w.signal.removeEventListener('abort', w.onAbort)
+    w.off?.()
   }
 
   #permit (waitedMs: number): Permit {

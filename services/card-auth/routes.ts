@@ -30,10 +30,10 @@ export const cardAuthRoutes = (writer: AuthorizeWriter) => (app: FastifyInstance
     }
     let row: AuthorizeOutput | undefined
     try {
-      const r = await writer.submit(input, exec.signal)
+      const r = await writer.submit(input, exec.cancel)
       if (!r.busy) row = r
     } catch (err) {
-      if (exec.signal.aborted) throw err
+      if (exec.cancel.aborted) throw err
       // Its batch failed (one bad element fails them all, or the writer lost its
       // connection): this one alone on the lane's pool. If the batch did commit
       // after all, the key's row is found (a replay) or still locked (409).

@@ -19,6 +19,7 @@
 // aborted loses its connection too, so the server cancels the statement (a
 // deadline must free what the request held, as a pool connection's does).
 import pg from 'pg'
+import { cancellationOf, type Cancellation } from '../cancellation.ts'
 
 export interface GroupCommitOptions<I, O> {
   name: string
@@ -80,18 +81,18 @@ export class GroupCommit<I, O> {
 
   get pending (): number { return this.#queue.length }
 
-  /** Resolves once the item is committed (with its output), rejects if its batch failed or `signal` aborted first. */
-  submit (item: I, signal?: AbortSignal): Promise<O> {
+  /** Resolves once the item is committed (with its output), rejects if its batch failed or `stop` aborted first. */
+  submit (item: I, stop?: Cancellation | AbortSignal): Promise<O> {
+    const signal = stop === undefined ? undefined : cancellationOf(stop)
     if (this.#closed) return Promise.reject(new Error(`${this.#o.name}: closed`))
     if (signal?.aborted) return Promise.reject(signal.reason)
     if (this.#queue.length >= this.#o.maxPending) return Promise.reject(new GroupCommitFull(this.#o.name))
     return new Promise<O>((resolve, reject) => {
       const p: Pending<I, O> = { item, resolve, reject }
       if (signal) {
-        const onAbort = (): void => { this.#abandon(p, signal.reason) }
-        signal.addEventListener('abort', onAbort, { once: true })
-        p.resolve = o => { signal.removeEventListener('abort', onAbort); resolve(o) }
-        p.reject = e => { signal.removeEventListener('abort', onAbort); reject(e) }
+        const off = signal.onAbort(reason => { this.#abandon(p, reason) })
+        p.resolve = o => { off(); resolve(o) }
+        p.reject = e => { off(); reject(e) }
       }
       this.#queue.push(p)
       if (!this.#flushing) void this.#flush()

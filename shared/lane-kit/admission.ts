@@ -7,6 +7,7 @@ import { BulkheadRejected, type Bulkhead, type Permit } from '../bulkhead.ts'
 import { AppError, isAppError } from '../errors.ts'
 import type { LaneMetrics, LaneRejectReason } from '../metrics.ts'
 import { executionDb, type Execution } from './execution.ts'
+import { Canceller } from '../cancellation.ts'
 import type { RecoveryWatch } from './recovery.ts'
 
 export interface LaneResult {
@@ -35,19 +36,20 @@ const DISCONNECTED = new Error('client disconnected')
  * A lane route under the bulkhead: permit (or an answer for the rejected
  * arrival), execution under the deadline, permit back. One AbortController per
  * request carries every reason the work must stop: the client gone, the
- * deadline, the end of the execution.
+ * deadline, the end of the execution (a Canceller: an AbortSignal only if the
+ * handler asks for one).
  */
 export function admitted (deps: AdmissionDeps, handler: LaneHandler, onReject: RejectHandler) {
   return async function admittedHandler (req: FastifyRequest, reply: FastifyReply): Promise<unknown> {
     const entered = performance.now()
-    const ac = new AbortController()
+    const ac = new Canceller()
     // ServerResponse 'close' fires on completion too; only a close before the end is a disconnect.
-    const onClose = (): void => { if (!reply.raw.writableFinished && !ac.signal.aborted) ac.abort(DISCONNECTED) }
+    const onClose = (): void => { if (!reply.raw.writableFinished && !ac.aborted) ac.abort(DISCONNECTED) }
     reply.raw.on('close', onClose)
     let permit: Permit
     try {
       // acquire() decides at once when the queue has no room (a rejected promise).
-      const pending = deps.bulkhead.acquire(ac.signal)
+      const pending = deps.bulkhead.acquire(ac)
       const decidedAt = performance.now()
       permit = await pending.catch(err => { throw Object.assign(err as Error, { decidedAt }) })
     } catch (err) {
@@ -58,12 +60,12 @@ export function admitted (deps: AdmissionDeps, handler: LaneHandler, onReject: R
     try {
       return send(reply, await execute(deps, handler, req, ac))
     } catch (err) {
-      if (ac.signal.reason === DISCONNECTED) return reply.hijack()
+      if (ac.reason === DISCONNECTED) return reply.hijack()
       throw err
     } finally {
       // The permit comes back now even if the work ignores the signal and runs on.
       permit.release()
-      if (!ac.signal.aborted) ac.abort(FINISHED)
+      ac.abort(FINISHED)
       reply.raw.off('close', onClose)
     }
   }
@@ -86,16 +88,17 @@ async function rejected (deps: AdmissionDeps, req: FastifyRequest, reply: Fastif
 }
 
 /** The handler under the hard deadline: whichever comes first, its result or the abort. */
-async function execute (deps: AdmissionDeps, handler: LaneHandler, req: FastifyRequest, ac: AbortController): Promise<LaneResult> {
-  const deadline = setTimeout(() => { if (!ac.signal.aborted) ac.abort(new AppError('ERR_DEADLINE_EXCEEDED', { detail: `execution exceeded ${deps.deadlineMs} ms` })) }, deps.deadlineMs)
-  const stopped = new Promise<never>((_resolve, reject) => ac.signal.addEventListener('abort', () => reject(ac.signal.reason), { once: true }))
+async function execute (deps: AdmissionDeps, handler: LaneHandler, req: FastifyRequest, ac: Canceller): Promise<LaneResult> {
+  const deadline = setTimeout(() => { ac.abort(new AppError('ERR_DEADLINE_EXCEEDED', { detail: `execution exceeded ${deps.deadlineMs} ms` })) }, deps.deadlineMs)
+  const stopped = new Promise<never>((_resolve, reject) => ac.onAbort(reject))
   stopped.catch(() => {})
+  const exec: Execution = { get signal () { return ac.signal }, cancel: ac, db: executionDb(deps.pool, ac, deps.recovery) }
   try {
-    return await Promise.race([handler(req, { signal: ac.signal, db: executionDb(deps.pool, ac.signal, deps.recovery) }), stopped])
+    return await Promise.race([handler(req, exec), stopped])
   } catch (err) {
-    if (isAppError(ac.signal.reason) && ac.signal.reason.code === 'ERR_DEADLINE_EXCEEDED') {
+    if (isAppError(ac.reason) && ac.reason.code === 'ERR_DEADLINE_EXCEEDED') {
       deps.metrics.rejection('deadline')
-      throw ac.signal.reason
+      throw ac.reason
     }
     throw err
   } finally {

@@ -6,6 +6,7 @@
 import type pg from 'pg'
 import { PoolReplaced } from '../db/pool.ts'
 import { inTransaction } from '../db/transaction.ts'
+import type { Cancellation } from '../cancellation.ts'
 
 export interface ExecutionDb {
   /** A named query (`{ name, text }`) is parsed once per connection and reused. */
@@ -15,14 +16,17 @@ export interface ExecutionDb {
 }
 
 export interface Execution {
+  /** Aborted when the execution must stop (deadline, client gone) or has ended. Made on first use: prefer `cancel` where a Cancellation will do. */
   readonly signal: AbortSignal
+  /** The same stop as `signal`, without an AbortSignal (shared/cancellation.ts). */
+  readonly cancel: Cancellation
   readonly db: ExecutionDb
 }
 
 /** Where an execution reports whether the database handed it a connection (lane-kit/recovery.ts). */
 export interface DependencyReport { dependencyFailed (name: string): void, dependencyOk (name: string): void }
 
-export function executionDb (poolOf: pg.Pool | (() => pg.Pool), signal: AbortSignal, report?: DependencyReport): ExecutionDb {
+export function executionDb (poolOf: pg.Pool | (() => pg.Pool), signal: Cancellation, report?: DependencyReport): ExecutionDb {
   const current = typeof poolOf === 'function' ? poolOf : () => poolOf
   const held = new Set<{ client: pg.PoolClient, released: boolean }>()
 
@@ -32,7 +36,8 @@ export function executionDb (poolOf: pg.Pool | (() => pg.Pool), signal: AbortSig
     }
     held.clear()
   }
-  signal.addEventListener('abort', onAbort, { once: true })
+  // Listens from the first connection on: an execution that never touches its pool costs nothing here.
+  let listening = false
 
   async function withClient<T> (fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
     if (signal.aborted) throw signal.reason
@@ -58,6 +63,7 @@ export function executionDb (poolOf: pg.Pool | (() => pg.Pool), signal: AbortSig
     report?.dependencyOk('database')
     const h = { client, released: false }
     if (signal.aborted) { h.released = true; client.release(); throw signal.reason }
+    if (!listening) { listening = true; signal.onAbort(onAbort) }
     held.add(h)
     let broken = false
     try {
