@@ -5,7 +5,8 @@
 // each, waiting up to 250 ms for one, and some were refused for want of one.
 // Here they go to one connection reserved for it (counted in the role's
 // CONNECTION LIMIT, taken off the lane's pool), and everything that arrives
-// while a commit is in flight goes into the next one: one commit (one WAL flush,
+// while a commit is in flight, or in the same turn of the event loop as the
+// first write, goes into the next one: one commit (one WAL flush,
 // synchronous_commit stays on) per batch, never a wait for a connection. A batch
 // is written by one statement in autocommit, atomic and durable when it returns,
 // so the answers wait for one round trip, not three (BEGIN, the write, COMMIT);
@@ -113,6 +114,10 @@ export class GroupCommit<I, O> {
     this.#flushing = true
     try {
       while (this.#queue.length > 0) {
+        // One turn of the event loop first: the requests read in the same turn
+        // (a burst, or the arrivals read while the last commit ran) go together.
+        await new Promise(resolve => setImmediate(resolve))
+        if (this.#queue.length === 0) break
         const batch = this.#queue.splice(0, this.#o.maxBatch)
         this.#inflight = batch
         try {
