@@ -15,7 +15,7 @@
 // once), at most `maxBatch` per commit, and a batch that takes longer than
 // `timeoutMs` loses its connection (a hung server cannot hold the writer) and
 // fails every item in it; the next batch opens a new connection. An item may
-// carry its caller's AbortSignal: aborted while waiting, it leaves the queue;
+// carry its caller's stop (a Cancellation or an AbortSignal): aborted while waiting, it leaves the queue;
 // aborted in flight, its caller stops waiting, and a batch whose every item was
 // aborted loses its connection too, so the server cancels the statement (a
 // deadline must free what the request held, as a pool connection's does).

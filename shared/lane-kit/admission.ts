@@ -1,5 +1,5 @@
 // Admission around a lane route: take a permit (or be rejected at once), run the
-// work under a hard deadline with an AbortSignal, and give the permit back
+// work under a hard deadline with a Canceller, and give the permit back
 // exactly once, whatever ends the work.
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type pg from 'pg'
