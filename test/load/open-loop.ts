@@ -73,7 +73,7 @@ export async function runOpenLoop (o: OpenLoopOptions): Promise<OpenLoopResult> 
   let i = 0
   while (i < n && !o.signal?.aborted) {
     const now = performance.now()
-    while (i < n && start + i * interval <= now) {
+    while (i < n && start + i * interval <= now && !o.signal?.aborted) {
       const scheduled = start + i * interval
       maxLag = Math.max(maxLag, now - scheduled)
       inflight.push(fire(i, scheduled))
