@@ -4,11 +4,11 @@
 // lane's group-commit writer (authorize-writer.ts), so the lane holds no
 // transaction open across anything but its own SQL. A retry of a key whose
 // first attempt is still running gets 409 ERR_IDEMPOTENCY_IN_PROGRESS.
-import crypto from 'node:crypto'
 import type { LaneHandler } from '../../shared/lane-kit/admission.ts'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import { AuthorizationRequest, IdParams } from '../../shared/api-schemas.ts'
 import { AppError } from '../../shared/errors.ts'
+import { newId } from '../../shared/ids.ts'
 import type { LaneKit } from '../../shared/lane-kit/build-lane-app.ts'
 import { clientIdOf, fingerprint, idempotencyKeyOf, replay } from '../../shared/lane-kit/request-context.ts'
 import type { LaneRejectReason } from '../../shared/metrics.ts'
@@ -25,7 +25,7 @@ export const cardAuthRoutes = (writer: AuthorizeWriter) => (app: FastifyInstance
     const body = req.body as AuthorizationRequest
     const fp = fingerprint(body)
     const input: AuthorizeInput = {
-      id: crypto.randomUUID(), clientId: clientIdOf(req), key: idempotencyKeyOf(req), fingerprint: fp,
+      id: newId(), clientId: clientIdOf(req), key: idempotencyKeyOf(req), fingerprint: fp,
       merchantId: body.merchantId, cardToken: body.cardToken, amount: body.amount.value, currency: body.amount.currency,
     }
     let row: AuthorizeOutput | undefined

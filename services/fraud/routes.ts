@@ -3,10 +3,10 @@
 // its fraud-async job, outside any permit, through the lane's group-commit
 // writer (overflow.ts), and answer 202 (mode "async") with a Location to poll;
 // the worker scores it with the same engine.
-import crypto from 'node:crypto'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import type pg from 'pg'
 import { IdParams, ScreeningRequest } from '../../shared/api-schemas.ts'
+import { newId } from '../../shared/ids.ts'
 import { AppError } from '../../shared/errors.ts'
 import { saturationError } from '../../shared/lanes.ts'
 import type { LaneKit } from '../../shared/lane-kit/build-lane-app.ts'
@@ -37,7 +37,7 @@ export function fraudRoutes (weights: ScoringWeights, writer: ScreeningWriter) {
     }
     const insert = (c: pg.PoolClient, req: FastifyRequest, mode: 'sync' | 'async', result: ReturnType<typeof score> | null) => {
       const body = req.body as ScreeningRequest
-      const id = crypto.randomUUID()
+      const id = newId()
       const response = result ? { id, mode, status: 'final', ...result } : { id, mode, status: 'queued' }
       return c.query(
         `insert into fraud.screenings (id, client_id, idempotency_key, fingerprint, card_token, merchant_id, amount, currency, ip_country, billing_country, mode, status, score, decision, reasons, response, scored_at)
@@ -51,7 +51,7 @@ export function fraudRoutes (weights: ScoringWeights, writer: ScreeningWriter) {
     // Every permit busy and the queue full: queued through the lane's writer, answered 202 once committed.
     const overflow = async (req: FastifyRequest): Promise<LaneResult> => {
       const body = req.body as ScreeningRequest
-      const id = crypto.randomUUID()
+      const id = newId()
       const fp = fingerprint(body)
       let stored
       try {

@@ -5,11 +5,11 @@
 // because the lane is saturated holds no permit: it is written by the lane's
 // group-commit writer (shared/db/group-commit.ts), batched with the others of
 // its burst on a connection reserved for it, and answered once committed.
-import crypto from 'node:crypto'
 import type { FastifyRequest } from 'fastify'
 import type pg from 'pg'
 import type { TaxQuoteRequest } from '../../shared/api-schemas.ts'
 import { AppError } from '../../shared/errors.ts'
+import { newId } from '../../shared/ids.ts'
 import { GroupCommit, withReplays } from '../../shared/db/group-commit.ts'
 import type { LaneResult } from '../../shared/lane-kit/admission.ts'
 import type { Execution } from '../../shared/lane-kit/execution.ts'
@@ -30,7 +30,7 @@ interface Stored { fingerprint: string, response: unknown, inserted: boolean }
 
 export function quoteRecord (req: FastifyRequest, q: QuoteSource): QuoteRecord {
   const body = req.body as TaxQuoteRequest
-  const id = crypto.randomUUID()
+  const id = newId()
   const tax = Math.round(body.amount.value * q.rate)
   const tableVersion = q.source === 'compensation' ? q.tableVersion : null
   return {
