@@ -1,0 +1,105 @@
+// `npm run bench:authorize`: what card_auth.authorize_batch (the card-auth lane's
+// group commit) costs PostgreSQL per authorization, alone. One connection to an
+// embedded server of its own calls it with batches of new keys spread over 1,000
+// load cards, in autocommit (each batch durable when it returns, as the lane's
+// writer does), and the backend's CPU is read from /proc/<pid>/stat. No lane and
+// no HTTP: the database's share of `bench:cost`, with far less noise, for
+// changes to the SQL. With `--baseline NNNN` the function as migration NNNN made
+// it runs beside the current one (as card_auth.authorize_batch_NNNN), the two
+// alternated run by run.
+import fs from 'node:fs'
+import crypto from 'node:crypto'
+import path from 'node:path'
+import pg from 'pg'
+import { bootstrapDatabase, localSecrets } from '../../shared/db/bootstrap.ts'
+import { MIGRATIONS_DIR } from '../../shared/db/migrate.ts'
+import { loadCardToken, seedLoadCards } from '../../services/card-auth/seed.ts'
+import { cpuUs } from './proc-cpu.ts'
+import { gitCommit, machine, numberFlag, parseFlags } from './run-info.ts'
+
+const { values: a } = parseFlags({ options: {
+  sizes: { type: 'string', default: '1,4,8,16' },
+  authorizations: { type: 'string', default: '2000' },
+  rounds: { type: 'string', default: '3' },
+  baseline: { type: 'string' },
+  rows: { type: 'string', default: '200000' },
+} }, 'npm run bench:authorize -- [--sizes 1,4,8,16] [--authorizations 2000] [--rounds 3] [--rows 200000] [--baseline 0009]')
+const sizes = String(a.sizes).split(',').map(Number)
+if (sizes.some(s => !Number.isInteger(s) || s < 1 || s > 500)) throw new Error('--sizes: batch sizes from 1 to 500')
+const perRun = numberFlag(a, 'authorizations', 10, 1_000_000)
+const rounds = numberFlag(a, 'rounds', 1, 50)
+const argv = process.argv.slice(2)
+const command = `npm run bench:authorize${argv.length ? ' -- ' + argv.join(' ') : ''}`
+
+/** The Up section of migration `number`, its authorize_batch renamed to authorize_batch_<number>. */
+function baselineFunction (number: string): { name: string, sql: string } {
+  const file = fs.readdirSync(MIGRATIONS_DIR).find(f => f.startsWith(`${number}_`) && f.endsWith('.sql'))
+  if (!file) throw new Error(`--baseline ${number}: no migration ${number}_*.sql in ${MIGRATIONS_DIR}`)
+  const up = fs.readFileSync(path.join(MIGRATIONS_DIR, file), 'utf8').split('-- Down Migration')[0]!
+  const name = `authorize_batch_${number}`
+  const sql = up.replace(/create (or replace )?function card_auth\.authorize_batch\(/, `create or replace function card_auth.${name}(`)
+  if (sql === up) throw new Error(`--baseline ${number}: ${file} does not create card_auth.authorize_batch`)
+  return { name, sql }
+}
+
+const dataDir = '.data/bench-authorize'
+const db = await bootstrapDatabase({ dataDir, port: 18391, database: 'bench', secrets: localSecrets(dataDir), log: m => console.error(m) })
+const c = new pg.Client({ connectionString: db.superUrl })
+try {
+  await c.connect()
+  await seedLoadCards(c, 1_000)
+  const functions = ['authorize_batch']
+  if (a.baseline) {
+    const b = baselineFunction(String(a.baseline))
+    await c.query(b.sql)
+    functions.push(b.name)
+  }
+  // A table of some size, its statistics taken: planned against a table analyzed
+  // empty, the replay lookup is a sequential scan that grows with every run.
+  const have = Number((await c.query<{ n: string }>('select count(*) as n from card_auth.authorizations')).rows[0]!.n)
+  const want = numberFlag(a, 'rows', 0, 50_000_000)
+  if (have < want) {
+    await c.query(`insert into card_auth.authorizations (id, client_id, idempotency_key, fingerprint, merchant_id, card_token, amount, currency, status, decline_reason)
+                   select uuidv7(), 'filler', 'filler-' || g, 'fp', 'm_filler', 'tok_load_' || lpad((1 + g % 1000)::text, 6, '0'), 1, 'EUR', 'approved', null
+                     from generate_series($1::int + 1, $2::int) g`, [have, want])
+  }
+  await c.query('analyze card_auth.card_accounts, card_auth.authorizations')
+  const { rows: [table] } = await c.query<{ n: string }>("select reltuples::bigint as n from pg_class where oid = 'card_auth.authorizations'::regclass")
+  const pid = (await c.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]!.pid
+  let seq = 0
+  const run = async (fn: string, size: number): Promise<number> => {
+    const calls = Math.ceil(perRun / size)
+    const q = { name: fn, text: `select * from card_auth.${fn}($1, $2, $3, $4, $5, $6, $7, $8)` }
+    const before = cpuUs(pid)!
+    for (let j = 0; j < calls; j++) {
+      const b = { ids: [] as string[], clients: [] as string[], keys: [] as string[], cards: [] as string[] }
+      for (let i = 0; i < size; i++) {
+        seq++
+        b.ids.push(crypto.randomUUID()); b.clients.push('bench'); b.keys.push(`authorize-bench-${process.pid}-${seq}`); b.cards.push(loadCardToken(seq * 37))
+      }
+      const { rows } = await c.query({ ...q, values: [b.ids, b.clients, b.keys, b.ids.map(() => 'fp'), b.ids.map(() => 'm_bench'), b.cards, b.ids.map(() => 1), b.ids.map(() => 'EUR')] })
+      if (rows.length !== size || rows.some(r => r.status !== 'approved')) throw new Error(`${fn}: not every authorization approved: ${JSON.stringify(rows[0])}`)
+    }
+    return (cpuUs(pid)! - before) / (calls * size)
+  }
+  for (const fn of functions) await run(fn, 8) // warm-up: plans, caches
+  const results = new Map<string, number[]>()
+  for (const size of sizes) {
+    for (let r = 0; r < rounds; r++) {
+      for (const fn of functions) {
+        const k = `${fn}/${size}`
+        results.set(k, [...(results.get(k) ?? []), await run(fn, size)])
+      }
+    }
+  }
+  const cell = (xs: number[]): string => `${xs.map(x => x.toFixed(0)).join(' / ')} (mean ${(xs.reduce((s, x) => s + x, 0) / xs.length).toFixed(0)})`
+  console.log(`\n${command}`)
+  console.log(`${new Date().toISOString()}, commit ${gitCommit()}, ${machine({ kernel: true })}`)
+  console.log(`One connection, autocommit, ${perRun.toLocaleString('en')} authorizations a run, ${rounds} runs per batch size, functions alternated; card_auth.authorizations ${Number(table!.n).toLocaleString('en')} rows at the start. Backend CPU (utime+stime) per authorization, µs.\n`)
+  console.log(`| batch size | ${functions.join(' | ')} |`)
+  console.log(`|---:|${functions.map(() => '---:').join('|')}|`)
+  for (const size of sizes) console.log(`| ${size} | ${functions.map(fn => cell(results.get(`${fn}/${size}`)!)).join(' | ')} |`)
+} finally {
+  await c.end().catch(() => {})
+  await db.embedded?.stop()
+}
