@@ -11,31 +11,12 @@ import crypto from 'node:crypto'
 import type pg from 'pg'
 import t from 'tap'
 import { testDatabase } from './helpers/db.ts'
+import { functionAsOf } from './helpers/migrations.ts'
 
 const db = await testDatabase(t)
 
-// The first form, as migration 0009 made it.
-await db.query(`
-create function card_auth.authorize_batch_0009(
-  p_ids uuid[], p_clients text[], p_keys text[], p_fingerprints text[],
-  p_merchants text[], p_cards text[], p_amounts bigint[], p_currencies text[]
-) returns table (
-  ord integer, id uuid, fingerprint text, status text, decline_reason text, merchant_id text, card_token text,
-  amount bigint, currency text, created_at timestamptz, replayed boolean, in_progress boolean, busy boolean
-)
-language plpgsql as $$
-declare
-  i integer;
-begin
-  for i in select g from generate_subscripts(p_ids, 1) g order by p_cards[g], g loop
-    perform 1 from card_auth.card_accounts c where c.token = p_cards[i] for update skip locked;
-    if not found and exists (select 1 from card_auth.card_accounts c where c.token = p_cards[i]) then
-      return query select i, null::uuid, null::text, null::text, null::text, null::text, null::text, null::bigint, null::text, null::timestamptz, false, false, true;
-      continue;
-    end if;
-    return query select i, a.*, false from card_auth.authorize(p_ids[i], p_clients[i], p_keys[i], p_fingerprints[i], p_merchants[i], p_cards[i], p_amounts[i], p_currencies[i]) a;
-  end loop;
-end $$`)
+// The first form, as migration 0009 made it (card_auth.authorize_batch_0009).
+await db.query(functionAsOf('0009', 'card_auth.authorize_batch').sql)
 
 const CARDS = ['tok_eq_rich', 'tok_eq_a', 'tok_eq_b', 'tok_eq_usd', 'tok_eq_off', 'tok_eq_none']
 await db.query(`insert into card_auth.card_accounts (token, currency, available, status) values

@@ -7,13 +7,11 @@
 // changes to the SQL. With `--baseline NNNN` the function as migration NNNN made
 // it runs beside the current one (as card_auth.authorize_batch_NNNN), the two
 // alternated run by run.
-import fs from 'node:fs'
 import crypto from 'node:crypto'
-import path from 'node:path'
 import pg from 'pg'
 import { bootstrapDatabase, localSecrets } from '../../shared/db/bootstrap.ts'
-import { MIGRATIONS_DIR } from '../../shared/db/migrate.ts'
 import { loadCardToken, seedLoadCards } from '../../services/card-auth/seed.ts'
+import { functionAsOf } from '../helpers/migrations.ts'
 import { cpuUs } from './proc-cpu.ts'
 import { gitCommit, machine, numberFlag, parseFlags } from './run-info.ts'
 
@@ -31,17 +29,6 @@ const rounds = numberFlag(a, 'rounds', 1, 50)
 const argv = process.argv.slice(2)
 const command = `npm run bench:authorize${argv.length ? ' -- ' + argv.join(' ') : ''}`
 
-/** The Up section of migration `number`, its authorize_batch renamed to authorize_batch_<number>. */
-function baselineFunction (number: string): { name: string, sql: string } {
-  const file = fs.readdirSync(MIGRATIONS_DIR).find(f => f.startsWith(`${number}_`) && f.endsWith('.sql'))
-  if (!file) throw new Error(`--baseline ${number}: no migration ${number}_*.sql in ${MIGRATIONS_DIR}`)
-  const up = fs.readFileSync(path.join(MIGRATIONS_DIR, file), 'utf8').split('-- Down Migration')[0]!
-  const name = `authorize_batch_${number}`
-  const sql = up.replace(/create (or replace )?function card_auth\.authorize_batch\(/, `create or replace function card_auth.${name}(`)
-  if (sql === up) throw new Error(`--baseline ${number}: ${file} does not create card_auth.authorize_batch`)
-  return { name, sql }
-}
-
 const dataDir = '.data/bench-authorize'
 const db = await bootstrapDatabase({ dataDir, port: 18391, database: 'bench', secrets: localSecrets(dataDir), log: m => console.error(m) })
 const c = new pg.Client({ connectionString: db.superUrl })
@@ -50,9 +37,9 @@ try {
   await seedLoadCards(c, 1_000)
   const functions = ['authorize_batch']
   if (a.baseline) {
-    const b = baselineFunction(String(a.baseline))
+    const b = functionAsOf(String(a.baseline), 'card_auth.authorize_batch')
     await c.query(b.sql)
-    functions.push(b.name)
+    functions.push(b.name.replace('card_auth.', ''))
   }
   // A table of some size, its statistics taken: planned against a table analyzed
   // empty, the replay lookup is a sequential scan that grows with every run.
