@@ -49,5 +49,5 @@ t.test('a lane counts a connection its execution held 2.5 s in db_pool_connectio
   await locker.query('rollback')
   t.equal((await authorize).status, 201, 'the authorization itself completes')
   // The lane runs bundled: its stack names functions (and dist/ files), the authorization's write inside the lane kit's execution.
-  t.ok(lane.log.some(l => l.includes('connection leak') && /\bauthorizeOne\b/.test(l) && /\bexecute\b/.test(l)), 'and the report says where the connection was taken')
+  t.ok(await eventually(async () => lane.log.some(l => l.includes('connection leak') && /\bauthorizeOne\b/.test(l) && /\bexecute\b/.test(l)), 10_000, 50), 'and the report says where the connection was taken')
 })

@@ -66,7 +66,8 @@ t.test('a recovery that lags its provider resets the pool, raises the alert, and
   t.teardown(() => { loading = false })
   const lagged = await eventually(async () => (await status()).recovery.lags >= 1, 30_000, 50)
   t.ok(lagged, 'the lane noticed it lags its recovered provider')
-  t.ok(tax.log.some(l => l.includes('ALERT_BULKHEAD_RECOVERY_LAG')), 'and logged ALERT_BULKHEAD_RECOVERY_LAG')
+  // The line comes through the child's stdout pipe, which the test may read after the status answer.
+  t.ok(await eventually(async () => tax.log.some(l => l.includes('ALERT_BULKHEAD_RECOVERY_LAG')), 10_000, 50), 'and logged ALERT_BULKHEAD_RECOVERY_LAG')
   t.ok(await metric('bulkhead_pool_resets_total{lane="tax",process="tax"}') >= 1, 'bulkhead_pool_resets_total counts the reset')
   t.ok(await eventually(async () => answers.some(a => a.source === 'provider') && answers.some(a => a.status === 504), 20_000, 50), 'quotes are answered again, and the stuck ones were cut at their deadline')
   loading = false

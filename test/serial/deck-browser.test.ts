@@ -151,7 +151,7 @@ t.test('fraud-async MaxWorkers and pause from the page reach the database', asyn
   t.ok(await eventually(async () => (await dbQueue('fraud-async')).paused === true, 5_000, 50), 'paused')
   await row.locator('input.paused').uncheck()
   t.ok(await eventually(async () => (await dbQueue('fraud-async')).paused === false, 5_000, 50), 'resumed')
-  t.ok(deck.proc.log.some(l => l.includes('"admin change"') && l.includes('"deck-test"') && l.includes('"maxWorkers":4')), 'logged with the operator name from the page')
+  t.ok(await eventually(async () => deck.proc.log.some(l => l.includes('"admin change"') && l.includes('"deck-test"') && l.includes('"maxWorkers":4')), 10_000, 50), 'logged with the operator name from the page')
 })
 
 t.test('a dead job requeued from the page', async t => {

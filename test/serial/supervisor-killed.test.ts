@@ -40,7 +40,8 @@ function descendants (pid: number): number[] {
 }
 
 function startSupervisor (extraEnv: Record<string, string> = {}) {
-  const sup = spawn(process.execPath, ['--import', 'tsx', 'services/supervisor/main.ts'], { cwd: ROOT, env: { ...env, ...extraEnv }, stdio: ['ignore', 'pipe', 'pipe'] })
+  // Compiled, as `npm start` runs it (and a start ten times over costs ~2 s less each than under tsx).
+  const sup = spawn(process.execPath, [path.join(DIST_DIR, 'services/supervisor/main.js')], { cwd: ROOT, env: { ...env, ...extraEnv }, stdio: ['ignore', 'pipe', 'pipe'] })
   const lines: string[] = []
   readline.createInterface({ input: sup.stdout! }).on('line', l => lines.push(l))
   readline.createInterface({ input: sup.stderr! }).on('line', l => lines.push(l))
