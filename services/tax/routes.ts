@@ -50,11 +50,20 @@ export function taxRoutes (opts: TaxRouteOptions) {
       const client = clientIdOf(req)
       const key = idempotencyKeyOf(req)
       const body = req.body as TaxQuoteRequest
-      const seen = await exec.db.query<{ fingerprint: string, response: unknown }>('select fingerprint, response from tax.quotes where client_id = $1 and idempotency_key = $2', [client, key])
-      if (seen.rows[0]) return replay({ ...seen.rows[0], status: 200 }, fingerprint(body))
+      // The replay lookup and the provider call run at once, so a quote holds its
+      // permit for the longer of the two rather than their sum; a key already
+      // answered stops the provider call and answers from the store.
+      const stop = new AbortController()
+      const asked = quoteFromProvider(opts.provider, body, { deadlineMs: opts.quoteDeadlineMs, signal: AbortSignal.any([exec.signal, stop.signal]) })
+      asked.catch(() => {}) // awaited below, or abandoned for a replay
+      let seen
+      try {
+        seen = await exec.db.query<{ fingerprint: string, response: unknown }>('select fingerprint, response from tax.quotes where client_id = $1 and idempotency_key = $2', [client, key])
+      } catch (err) { stop.abort(); throw err }
+      if (seen.rows[0]) { stop.abort(); return replay({ ...seen.rows[0], status: 200 }, fingerprint(body)) }
       let quote: QuoteSource
       try {
-        const q = await quoteFromProvider(opts.provider, body, { deadlineMs: opts.quoteDeadlineMs, signal: exec.signal })
+        const q = await asked
         kit.recovery.dependencyOk('provider')
         quote = { source: 'provider', rate: q.rate }
       } catch (err) {
