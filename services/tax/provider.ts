@@ -1,6 +1,7 @@
 // Client of the third-party tax provider (the sandbox by default). Every call
-// carries an AbortSignal that fires at the quote deadline or when the execution
-// is aborted, so a slow provider can hold neither a permit nor a socket past it.
+// is aborted at the quote deadline or when any of the caller's signals fires
+// (the execution ended, a replay found), so a slow provider can hold neither a
+// permit nor a socket past it.
 import type { Pool } from 'undici'
 import { AppError } from '../../shared/errors.ts'
 
@@ -13,9 +14,9 @@ export class ProviderError extends Error {
   constructor (kind: ProviderFailure, message: string) { super(message); this.name = 'ProviderError'; this.kind = kind }
 }
 
-export async function quoteFromProvider (pool: Pool, body: { jurisdiction: string, amount: { value: number, currency: string } }, opts: { deadlineMs: number, signal: AbortSignal }): Promise<ProviderQuote> {
+export async function quoteFromProvider (pool: Pool, body: { jurisdiction: string, amount: { value: number, currency: string } }, opts: { deadlineMs: number, signals: AbortSignal[] }): Promise<ProviderQuote> {
   const deadline = AbortSignal.timeout(opts.deadlineMs)
-  const signal = AbortSignal.any([deadline, opts.signal])
+  const signal = AbortSignal.any([deadline, ...opts.signals])
   try {
     const res = await pool.request({ method: 'POST', path: '/v1/rates/quote', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal })
     const json = await res.body.json() as Record<string, unknown>
@@ -25,7 +26,8 @@ export async function quoteFromProvider (pool: Pool, body: { jurisdiction: strin
     return { jurisdiction: String(json.jurisdiction), rate: json.rate, tax: Number(json.tax) }
   } catch (err) {
     if (err instanceof ProviderError) throw err
-    if (opts.signal.aborted) throw opts.signal.reason
+    const stopped = opts.signals.find(s => s.aborted)
+    if (stopped) throw stopped.reason
     if (deadline.aborted) throw new ProviderError('deadline', `provider missed the ${opts.deadlineMs} ms quote deadline`)
     throw new ProviderError('error', (err as Error).message)
   }

@@ -39,7 +39,7 @@ export function jobTypes (): JobType[] {
     if (!q) throw new FatalJobError(`quote ${String(payload.quoteId)} does not exist`)
     if (q.reconciled_at) return { already: true }
     try {
-      const p = await quoteFromProvider(provider, { jurisdiction: q.jurisdiction, amount: { value: Number(q.amount), currency: q.currency } }, { deadlineMs: 5_000, signal: ctx.signal })
+      const p = await quoteFromProvider(provider, { jurisdiction: q.jurisdiction, amount: { value: Number(q.amount), currency: q.currency } }, { deadlineMs: 5_000, signals: [ctx.signal] })
       const trueTax = Math.round(Number(q.amount) * p.rate)
       await db.query('update tax.quotes set reconciled_rate = $2, reconciled_tax = $3, reconciled_at = now() where id = $1 and reconciled_at is null', [payload.quoteId, p.rate, trueTax])
       return { rate: p.rate, tax: trueTax, difference: trueTax - Number(q.tax) }
