@@ -13,6 +13,13 @@
 // judge, as `stranded`. Drain stops claiming, lets running jobs finish and
 // completes them, then aborts and releases whatever is left. Every so many
 // claims it vacuums jobs_hot (shared/queue/vacuum.ts says why), off the cycle.
+// A worker never asks for more of a queue than its MaxWorkers (read from
+// jobs.queues at start, on each jobs_control NOTIFY and with each heartbeat): the
+// claim would refuse the rest anyway, and asking costs a round trip. So a NOTIFY
+// for a queue whose slots here are all taken wakes nothing: a lane that enqueues a
+// job per shed request NOTIFYs ~100 times a second while its queue's few slots are
+// busy, and each NOTIFY used to cost a jobs.fetch that claimed nothing
+// (tax-reconcile in a brownout: ~0.1 of a core, worker and backends).
 import crypto from 'node:crypto'
 import { EventEmitter } from 'node:events'
 import type pg from 'pg'
@@ -71,7 +78,10 @@ export class Worker extends EventEmitter {
   #again = false
   #draining = false
   #stopped = false
-  readonly stats = { claimed: 0, completed: 0, failed: 0, vacuums: 0, rescued: {} as Record<string, number> }
+  /** fetches: fetch cycles that went to the database. */
+  readonly stats = { fetches: 0, claimed: 0, completed: 0, failed: 0, vacuums: 0, rescued: {} as Record<string, number> }
+  /** Queue -> its MaxWorkers (absent: unlimited, or not read yet). */
+  #limits = new Map<string, number>()
   #mayVacuum = false
   #claimedSinceVacuum = 0
   #vacuumAt = 0
@@ -97,19 +107,29 @@ export class Worker extends EventEmitter {
   async start (): Promise<void> {
     const l = createClient(this.#o.databaseUrl, `watertight-worker-listen-${this.id}`)
     l.on('error', err => this.#o.log.warn({ err }, 'listen client error; polling continues'))
-    l.on('notification', msg => { if (!msg.payload || msg.payload in this.#o.queues) this.wake() })
+    l.on('notification', msg => {
+      const q = msg.payload
+      if (q && !(q in this.#o.queues)) return
+      // A queue changed (admin): read its limit again before looking.
+      if (msg.channel === 'jobs_control') { void this.#readLimits().finally(() => this.wake()); return }
+      // A job for a queue whose slots are all taken here: nothing to claim until
+      // one of them finishes (which wakes the worker), or the poll.
+      if (q && this.#free(q, this.runningByQueue()) <= 0) return
+      this.wake()
+    })
     await l.connect()
     await l.query('listen jobs_enqueued')
     await l.query('listen jobs_control')
     this.#listener = l
     await this.#seen()
+    await this.#readLimits()
     if ((this.#o.vacuum?.everyJobs ?? 0) > 0) {
       this.#mayVacuum = await mayVacuum(this.#o.pool)
       if (!this.#mayVacuum) this.#o.log.warn({}, 'this role may not vacuum jobs.jobs_hot (PostgreSQL before 17, or no MAINTAIN grant): claims rely on autovacuum and slow down between its runs')
     }
     const every = (ms: number, fn: () => void): void => { const t = setInterval(fn, ms); t.unref(); this.#timers.push(t) }
     every(this.#o.pollMs ?? 1_000, () => this.wake())
-    every(this.#o.heartbeatMs ?? 2_000, () => { void this.#beat(); void this.#seen().catch(err => this.#o.log.warn({ err }, 'worker registration failed')) })
+    every(this.#o.heartbeatMs ?? 2_000, () => { void this.#beat(); void this.#seen().catch(err => this.#o.log.warn({ err }, 'worker registration failed')); void this.#readLimits() })
     every(this.#o.rescueMs ?? 5_000, () => { void this.#rescue() })
     this.wake()
   }
@@ -135,10 +155,11 @@ export class Worker extends EventEmitter {
 
   async #fetch (): Promise<void> {
     const running = this.runningByQueue()
-    const slots = this.#draining ? {} : Object.fromEntries(Object.entries(this.#o.queues).map(([q, n]) => [q, Math.max(0, n - (running[q] ?? 0))]))
+    const slots = this.#draining ? {} : Object.fromEntries(Object.keys(this.#o.queues).map(q => [q, this.#free(q, running)]))
     const finished = this.#finished
     if (finished.length === 0 && Object.values(slots).every(n => n <= 0)) return
     this.#finished = []
+    this.stats.fetches++
     let r
     try {
       r = await fetchJobs(this.#o.pool, { workerId: this.id, slots, done: finished.map(f => ({ id: f.entry.job.id, lease: f.entry.job.lease!, result: f.result })) })
@@ -203,6 +224,20 @@ export class Worker extends EventEmitter {
     const outcome = new Promise<'completed' | 'lost'>(resolve => this.#finished.push({ entry, result, settle: resolve }))
     this.wake()
     return await outcome
+  }
+
+  /** Jobs of queue q this worker may still ask for: its local slots, never above the queue's MaxWorkers, less what it runs. */
+  #free (q: string, running: Record<string, number>): number {
+    const n = this.#o.queues[q] ?? 0
+    return Math.max(0, Math.min(n, this.#limits.get(q) ?? n) - (running[q] ?? 0))
+  }
+
+  /** Each queue's MaxWorkers; on failure the last ones read stay (the claim enforces the limit in any case). */
+  async #readLimits (): Promise<void> {
+    try {
+      const { rows } = await this.#o.pool.query<{ name: string, max_workers: number | null }>('select name, max_workers from jobs.queues where name = any($1::text[])', [Object.keys(this.#o.queues)])
+      this.#limits = new Map(rows.filter(r => r.max_workers !== null).map(r => [r.name, r.max_workers!]))
+    } catch (err) { this.#o.log.warn({ err }, 'reading the queues\' limits failed') }
   }
 
   /** Our row in the worker registry, alive for a few heartbeats (a loaded host may delay one or two). */
