@@ -74,12 +74,14 @@ const STORE_COMPENSATED = {
 
 /** Inside a permit: one statement on the lane's pool, under the execution's deadline. */
 export async function storeQuote (exec: Execution, r: QuoteRecord): Promise<LaneResult> {
-  const values = [r.id, r.clientId, r.key, r.fingerprint, r.jurisdiction, r.amount, r.currency, r.rate, r.tax, r.total, r.source, r.tableVersion, r.response]
   const { rows } = r.source === 'compensation'
-    ? await exec.db.query<Stored>(STORE_COMPENSATED, [...values, { quoteId: r.id, reason: r.reason }])
-    : await exec.db.query<Stored>(STORE_QUOTE, values)
+    ? await exec.db.query<Stored>(STORE_COMPENSATED, compensatedValues(r))
+    : await exec.db.query<Stored>(STORE_QUOTE, quoteValues(r))
   return answer(r, rows[0]!)
 }
+
+const quoteValues = (r: QuoteRecord): unknown[] => [r.id, r.clientId, r.key, r.fingerprint, r.jurisdiction, r.amount, r.currency, r.rate, r.tax, r.total, r.source, r.tableVersion, r.response]
+const compensatedValues = (r: QuoteRecord): unknown[] => [...quoteValues(r), { quoteId: r.id, reason: r.reason }]
 
 // One statement writes the batch's quotes and, for those that were new, their
 // reconcile jobs (jobs.enqueue_many: one NOTIFY for the lot), committed when it
@@ -114,6 +116,11 @@ export function compensationWriter (databaseUrl: string, log: { warn (o: object,
     databaseUrl,
     log,
     async write (c: pg.Client, rs: readonly QuoteRecord[]) {
+      // A batch of one (most of them at a brownout's 150 quotes/s: the next write
+      // leaves as soon as the last commit is back) goes as the single quote's
+      // statement: a third less of the server's time than the unnest form
+      // (one connection, autocommit, 1,500 quotes a run: 367-433 vs 527-553 µs).
+      if (rs.length === 1) return [(await c.query<Stored>(STORE_COMPENSATED, compensatedValues(rs[0]!))).rows[0]!]
       const col = <K extends keyof QuoteRecord>(k: K) => rs.map(r => r[k])
       const { rows } = await c.query<{ ord: number, inserted: boolean }>({ name: 'tax-write-batch', text: WRITE_BATCH }, [
         rs.map((_r, i) => i), col('id'), col('clientId'), col('key'), col('fingerprint'), col('jurisdiction'), col('amount'), col('currency'),
