@@ -12,6 +12,7 @@ import pg from 'pg'
 import { bootstrapDatabase, localSecrets } from '../../shared/db/bootstrap.ts'
 import { loadCardToken, seedLoadCards } from '../../services/card-auth/seed.ts'
 import { functionAsOf } from '../helpers/migrations.ts'
+import { fillAuthorizations } from './card-table.ts'
 import { cpuUs } from './proc-cpu.ts'
 import { gitCommit, machine, numberFlag, parseFlags } from './run-info.ts'
 
@@ -41,16 +42,7 @@ try {
     await c.query(b.sql)
     functions.push(b.name.replace('card_auth.', ''))
   }
-  // A table of some size, its statistics taken: planned against a table analyzed
-  // empty, the replay lookup is a sequential scan that grows with every run.
-  const have = Number((await c.query<{ n: string }>('select count(*) as n from card_auth.authorizations')).rows[0]!.n)
-  const want = numberFlag(a, 'rows', 0, 50_000_000)
-  if (have < want) {
-    await c.query(`insert into card_auth.authorizations (id, client_id, idempotency_key, fingerprint, merchant_id, card_token, amount, currency, status, decline_reason)
-                   select uuidv7(), 'filler', 'filler-' || g, 'fp', 'm_filler', 'tok_load_' || lpad((1 + g % 1000)::text, 6, '0'), 1, 'EUR', 'approved', null
-                     from generate_series($1::int + 1, $2::int) g`, [have, want])
-  }
-  await c.query('analyze card_auth.card_accounts, card_auth.authorizations')
+  await fillAuthorizations(c, numberFlag(a, 'rows', 0, 50_000_000))
   const { rows: [table] } = await c.query<{ n: string }>("select reltuples::bigint as n from pg_class where oid = 'card_auth.authorizations'::regclass")
   const pid = (await c.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]!.pid
   let seq = 0

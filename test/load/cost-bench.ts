@@ -10,6 +10,7 @@
 import pg from 'pg'
 import { Pool } from 'undici'
 import { loadCardToken, seedLoadCards } from '../../services/card-auth/seed.ts'
+import { fillAuthorizations } from './card-table.ts'
 import { runOpenLoop, summary } from './open-loop.ts'
 import { hasTaskset, pinSelf, startLocalFleet } from './local-fleet.ts'
 import { cpuByPid, cpuDeltaByLabel, cpuUs, fleetProcesses } from './proc-cpu.ts'
@@ -21,10 +22,11 @@ const { values: a } = parseFlags({ options: {
   'fleet-cpus': { type: 'string' },
   'generator-cpus': { type: 'string' },
   'base-port': { type: 'string', default: '18480' },
+  rows: { type: 'string', default: '200000' },
 } })
 const rates = a.rates!.split(',').map(Number)
 const seconds = numberFlag(a, 'seconds', 1, 3_600)
-const command = `npm run bench:cost -- --rates ${a.rates} --seconds ${seconds}${a['fleet-cpus'] ? ` --fleet-cpus ${a['fleet-cpus']}` : ''}${a['generator-cpus'] ? ` --generator-cpus ${a['generator-cpus']}` : ''}`
+const command = `npm run bench:cost -- --rates ${a.rates} --seconds ${seconds}${a.rows !== '200000' ? ` --rows ${a.rows}` : ''}${a['fleet-cpus'] ? ` --fleet-cpus ${a['fleet-cpus']}` : ''}${a['generator-cpus'] ? ` --generator-cpus ${a['generator-cpus']}` : ''}`
 const END_TO_END = ['gateway', 'card-auth', 'pg:card_auth_ds']
 
 /** The server's WAL so far (pg_stat_wal): bytes, and full-page images among them. */
@@ -42,8 +44,9 @@ try {
   // The planner's statistics as a running fleet's autovacuum keeps them. A bench's
   // fleet lives about a minute, less than autovacuum's first look at the database
   // (autovacuum_naptime, 60 s), so without this the lane's statements are planned
-  // for tables never analyzed: a bitmap scan for a unique key's one row.
-  await db.query('analyze card_auth.card_accounts, card_auth.authorizations')
+  // for tables never analyzed: a bitmap scan for a unique key's one row. And a
+  // table of some size first: analyzed empty is worse (card-table.ts).
+  await fillAuthorizations(db, numberFlag(a, 'rows', 0, 50_000_000))
   // The bench's data directory keeps what earlier runs wrote: say how big the table is.
   const table = (await db.query<{ n: string, size: string, buffers: string }>("select reltuples::bigint as n, pg_size_pretty(pg_total_relation_size('card_auth.authorizations')) as size, current_setting('shared_buffers') as buffers from pg_class where oid = 'card_auth.authorizations'::regclass")).rows[0]!
   const tableNote = `card_auth.authorizations ${Number(table.n).toLocaleString('en')} rows (${table.size} with indexes) at the start, shared_buffers ${table.buffers}`
