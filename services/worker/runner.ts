@@ -114,7 +114,7 @@ export class Worker extends EventEmitter {
       if (msg.channel === 'jobs_control') { void this.#readLimits().finally(() => this.wake()); return }
       // A job for a queue whose slots are all taken here: nothing to claim until
       // one of them finishes (which wakes the worker), or the poll.
-      if (q && this.#free(q, this.runningByQueue()) <= 0) return
+      if (q && this.#free(q, this.#runningIn(q)) <= 0) return
       this.wake()
     })
     await l.connect()
@@ -155,7 +155,7 @@ export class Worker extends EventEmitter {
 
   async #fetch (): Promise<void> {
     const running = this.runningByQueue()
-    const slots = this.#draining ? {} : Object.fromEntries(Object.keys(this.#o.queues).map(q => [q, this.#free(q, running)]))
+    const slots = this.#draining ? {} : Object.fromEntries(Object.keys(this.#o.queues).map(q => [q, this.#free(q, running[q] ?? 0)]))
     const finished = this.#finished
     if (finished.length === 0 && Object.values(slots).every(n => n <= 0)) return
     this.#finished = []
@@ -226,10 +226,16 @@ export class Worker extends EventEmitter {
     return await outcome
   }
 
-  /** Jobs of queue q this worker may still ask for: its local slots, never above the queue's MaxWorkers, less what it runs. */
-  #free (q: string, running: Record<string, number>): number {
+  /** Jobs of queue q this worker may still ask for: its local slots, never above the queue's MaxWorkers, less the `running` it runs. */
+  #free (q: string, running: number): number {
     const n = this.#o.queues[q] ?? 0
-    return Math.max(0, Math.min(n, this.#limits.get(q) ?? n) - (running[q] ?? 0))
+    return Math.max(0, Math.min(n, this.#limits.get(q) ?? n) - running)
+  }
+
+  #runningIn (q: string): number {
+    let n = 0
+    for (const r of this.#running.values()) if (r.executing && r.job.queue === q) n++
+    return n
   }
 
   /** Each queue's MaxWorkers; on failure the last ones read stay (the claim enforces the limit in any case). */
