@@ -27,17 +27,19 @@ export interface LaneDefaults {
   readonly port: number
   /** The lane's answer when it cannot take more (status and Retry-After from the error registry). */
   readonly saturated: SaturationCode
+  /** The group-commit writer's delay under load (shared/db/group-commit.ts `delayMs`). */
+  readonly commitDelayMs: number
 }
 
 export type SaturationCode = 'ERR_CARD_AUTH_SATURATED' | 'ERR_FRAUD_SATURATED' | 'ERR_TAX_BULKHEAD_SATURATED'
 
 export const LANE_DEFAULTS: Readonly<Record<LaneName, LaneDefaults>> = Object.freeze({
   // 50 ms of queue wait keeps a queued card authorization inside the 120 ms p99 SLA.
-  'card-auth': { priority: 'P0', permits: 75, queue: 10, queueWaitMs: 50, poolMax: 40, role: 'card_auth_ds', schema: 'card_auth', port: 8101, saturated: 'ERR_CARD_AUTH_SATURATED' },
+  'card-auth': { priority: 'P0', permits: 75, queue: 10, queueWaitMs: 50, poolMax: 40, role: 'card_auth_ds', schema: 'card_auth', port: 8101, saturated: 'ERR_CARD_AUTH_SATURATED', commitDelayMs: 10 },
   // Fraud's own overflow is a 202 (queued screening); this is its answer when it cannot queue either.
-  fraud: { priority: 'P1', permits: 30, queue: 5, queueWaitMs: 100, poolMax: 15, role: 'fraud_ds', schema: 'fraud', port: 8102, saturated: 'ERR_FRAUD_SATURATED' },
+  fraud: { priority: 'P1', permits: 30, queue: 5, queueWaitMs: 100, poolMax: 15, role: 'fraud_ds', schema: 'fraud', port: 8102, saturated: 'ERR_FRAUD_SATURATED', commitDelayMs: 0 },
   // INV-BH-02: the tax lane never queues. Its overflow is a compensated quote, else this.
-  tax: { priority: 'P2', permits: 15, queue: 0, queueWaitMs: 0, poolMax: 5, role: 'tax_ds', schema: 'tax', port: 8103, saturated: 'ERR_TAX_BULKHEAD_SATURATED' },
+  tax: { priority: 'P2', permits: 15, queue: 0, queueWaitMs: 0, poolMax: 5, role: 'tax_ds', schema: 'tax', port: 8103, saturated: 'ERR_TAX_BULKHEAD_SATURATED', commitDelayMs: 0 },
 })
 
 /**
@@ -109,6 +111,7 @@ export function laneSchema (d: LaneDefaults, workerPool: number) {
     IDLE_IN_TX_TIMEOUT_MS: int(10_000, 1, 600_000),
     // DEC-BH-01: a connection checked out longer than this is reported as a leak (0 = off).
     LEAK_DETECTION_MS: int(LEAK_DETECTION_DEFAULT_MS, 0, 600_000),
+    COMMIT_DELAY_MS: int(d.commitDelayMs, 0, 1_000),
     // MC-RT-01: once the lane's dependency is back, active permits must drop below
     // RECOVERY_BASELINE_ACTIVE within this long, else the pool is reset and
     // ALERT_BULKHEAD_RECOVERY_LAG raised (lane-kit/recovery.ts).
@@ -144,6 +147,8 @@ export interface LaneLimits {
     readonly statementTimeoutMs: number
     readonly idleInTxTimeoutMs: number
     readonly leakDetectionMs: number
+    /** Under load, how long the lane's group-commit writer holds a batch for more to join (ms; 0: one turn of the event loop). */
+    readonly commitDelayMs: number
   }
   /** MC-RT-01's recovery check: back under `baselineActive` permits within `lagMs` of the dependency's recovery. */
   readonly recovery: { readonly lagMs: number, readonly baselineActive: number }
@@ -196,6 +201,7 @@ export function laneLimits (lane: LaneName, env: Record<string, string | undefin
       statementTimeoutMs: c.STATEMENT_TIMEOUT_MS,
       idleInTxTimeoutMs: c.IDLE_IN_TX_TIMEOUT_MS,
       leakDetectionMs: c.LEAK_DETECTION_MS,
+      commitDelayMs: c.COMMIT_DELAY_MS,
     }),
     recovery: Object.freeze({ lagMs: c.RECOVERY_LAG_MS, baselineActive: Math.min(c.RECOVERY_BASELINE_ACTIVE, c.PERMITS) }),
     state: Object.freeze({ saturatedExitBelow: c.STATE_SATURATED_EXIT_BELOW, recoverBelow: c.STATE_RECOVER_BELOW, recoverWindowMs: c.STATE_RECOVER_WINDOW_MS }),

@@ -42,12 +42,13 @@ export async function authorizeOne (db: ExecutionDb, x: AuthorizeInput): Promise
 
 export type AuthorizeWriter = GroupCommit<AuthorizeInput, BatchOutput>
 
-export function authorizeWriter (databaseUrl: string, log: { warn (o: object, m: string): void }): AuthorizeWriter {
+export function authorizeWriter (databaseUrl: string, log: { warn (o: object, m: string): void }, delayMs = 0): AuthorizeWriter {
   return new GroupCommit<AuthorizeInput, BatchOutput>({
     name: 'card-auth-writer',
     applicationName: 'watertight-card-auth',
     databaseUrl,
     log,
+    delayMs,
     async write (c: pg.Client, xs: readonly AuthorizeInput[]) {
       const { rows } = await c.query<BatchOutput & { ord: number }>({ ...AUTHORIZE_BATCH, values: PARAMS.map(k => xs.map(x => x[k])) })
       const out = new Array<BatchOutput>(xs.length)

@@ -40,12 +40,13 @@ const TAKEN = `select client_id, idempotency_key, fingerprint, response from fra
 
 export type ScreeningWriter = GroupCommit<QueuedScreening, StoredScreening>
 
-export function screeningWriter (databaseUrl: string, log: { warn (o: object, m: string): void }): ScreeningWriter {
+export function screeningWriter (databaseUrl: string, log: { warn (o: object, m: string): void }, delayMs = 0): ScreeningWriter {
   return new GroupCommit<QueuedScreening, StoredScreening>({
     name: 'fraud-overflow-writer',
     applicationName: 'watertight-fraud',
     databaseUrl,
     log,
+    delayMs,
     async write (c: pg.Client, ss: readonly QueuedScreening[]) {
       const col = <K extends keyof QueuedScreening>(k: K) => ss.map(s => s[k])
       const { rows } = await c.query<{ ord: number, inserted: boolean }>({ name: 'fraud-write-batch', text: WRITE_BATCH }, [

@@ -19,7 +19,7 @@ export interface TaxConfig {
 export async function buildApp (cfg: TaxConfig) {
   const provider = createUpstreamPool(cfg.providerUrl, cfg.limits, { timeoutMs: cfg.quoteDeadlineMs })
   const compensation = compensationSource(cfg.compensation)
-  const writer = compensationWriter(cfg.databaseUrl, { warn: (o, m) => built.app.log.warn(o, m) })
+  const writer = compensationWriter(cfg.databaseUrl, { warn: (o, m) => built.app.log.warn(o, m) }, cfg.limits.db.commitDelayMs)
   const built = await buildLaneApp({ ...cfg, routes: taxRoutes({ provider, quoteDeadlineMs: cfg.quoteDeadlineMs, compensation, writer }) })
   built.app.addHook('onClose', async () => { compensation.close(); await writer.close(); await provider.destroy() })
   built.app.get('/compensation', async () => compensation.status())

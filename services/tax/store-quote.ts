@@ -109,12 +109,13 @@ const TAKEN = `select client_id, idempotency_key, fingerprint, response from tax
                 where (client_id, idempotency_key) in (select * from unnest($1::text[], $2::text[]))`
 
 /** The writer of compensated quotes given while saturated, batched per commit. */
-export function compensationWriter (databaseUrl: string, log: { warn (o: object, m: string): void }): GroupCommit<QuoteRecord, Stored> {
+export function compensationWriter (databaseUrl: string, log: { warn (o: object, m: string): void }, delayMs = 0): GroupCommit<QuoteRecord, Stored> {
   return new GroupCommit<QuoteRecord, Stored>({
     name: 'tax-compensation-writer',
     applicationName: 'watertight-tax',
     databaseUrl,
     log,
+    delayMs,
     async write (c: pg.Client, rs: readonly QuoteRecord[]) {
       // A batch of one (most of them at a brownout's 150 quotes/s: the next write
       // leaves as soon as the last commit is back) goes as the single quote's

@@ -11,6 +11,14 @@
 // is written by one statement in autocommit, atomic and durable when it returns,
 // so the answers wait for one round trip, not three (BEGIN, the write, COMMIT);
 // `write` may read afterwards (the replays of taken keys), never write again.
+// With `delayMs` (card-auth's authorizations), once the last batch held
+// `delayFrom` items or more (4: writes overlap, the load is real), the next
+// waits until its oldest item has waited `delayMs`, so more go together:
+// PostgreSQL's commit_delay and commit_siblings, taken in the lane. Each answer
+// may wait up to `delayMs` longer; in exchange a commit, a backend wake-up and a
+// burst of answers serve more requests, and every process on the path (the
+// gateway, the lane, the backend) wakes less often per request. At a low rate
+// batches stay small and nothing waits.
 // Bounded everywhere: at most `maxPending` waiting (beyond, submit refuses at
 // once), at most `maxBatch` per commit, and a batch that takes longer than
 // `timeoutMs` loses its connection (a hung server cannot hold the writer) and
@@ -29,6 +37,9 @@ export interface GroupCommitOptions<I, O> {
   databaseUrl: string
   /** Writes a batch with ONE writing statement (autocommit: atomic, durable on return), reads after it if it must; one output per input, in order. */
   write (client: pg.Client, items: readonly I[]): Promise<O[]>
+  /** Once the last batch held `delayFrom` items or more, hold the next until its oldest item has waited this long (ms); 0: the next turn of the event loop. */
+  delayMs?: number
+  delayFrom?: number
   maxBatch?: number
   maxPending?: number
   timeoutMs?: number
@@ -73,11 +84,14 @@ export class GroupCommit<I, O> {
   #flushing = false
   #inflight: Array<Pending<I, O>> = []
   #closed = false
+  /** When the oldest item waiting was queued (performance.now()), and how many the last batch held. */
+  #oldestAt = 0
+  #lastBatch = 0
   /** Batches committed and items written, for the lane's metrics. */
   readonly stats = { batches: 0, items: 0, failures: 0 }
 
   constructor (o: GroupCommitOptions<I, O>) {
-    this.#o = { maxBatch: 500, maxPending: 2_000, timeoutMs: 2_000, ...o }
+    this.#o = { delayMs: 0, delayFrom: 4, maxBatch: 500, maxPending: 2_000, timeoutMs: 2_000, ...o }
   }
 
   get pending (): number { return this.#queue.length }
@@ -95,6 +109,7 @@ export class GroupCommit<I, O> {
         p.resolve = o => { off(); resolve(o) }
         p.reject = e => { off(); reject(e) }
       }
+      if (this.#queue.length === 0) this.#oldestAt = performance.now()
       this.#queue.push(p)
       if (!this.#flushing) void this.#flush()
     })
@@ -115,10 +130,14 @@ export class GroupCommit<I, O> {
     try {
       while (this.#queue.length > 0) {
         // One turn of the event loop first: the requests read in the same turn
-        // (a burst, or the arrivals read while the last commit ran) go together.
-        await new Promise(resolve => setImmediate(resolve))
+        // (a burst, or the arrivals read while the last commit ran) go together;
+        // under load (the last batch held delayFrom or more), until the oldest has waited delayMs.
+        const wait = this.#lastBatch >= this.#o.delayFrom ? this.#o.delayMs - (performance.now() - this.#oldestAt) : 0
+        await new Promise(resolve => wait >= 1 ? setTimeout(resolve, wait) : setImmediate(resolve))
         if (this.#queue.length === 0) break
         const batch = this.#queue.splice(0, this.#o.maxBatch)
+        this.#lastBatch = batch.length
+        if (this.#queue.length > 0) this.#oldestAt = performance.now()
         this.#inflight = batch
         try {
           const out = await this.#commit(batch.map(p => p.item))

@@ -30,9 +30,10 @@ const command = `npm run bench:cost -- --rates ${a.rates} --seconds ${seconds}${
 const END_TO_END = ['gateway', 'card-auth', 'pg:card_auth_ds']
 
 /** The server's WAL so far (pg_stat_wal): bytes, and full-page images among them. */
-async function walNow (db: pg.Client): Promise<{ bytes: number, fpi: number }> {
-  const { rows: [w] } = await db.query<{ bytes: string, fpi: string }>('select wal_bytes as bytes, wal_fpi as fpi from pg_stat_wal')
-  return { bytes: Number(w!.bytes), fpi: Number(w!.fpi) }
+async function walNow (db: pg.Client): Promise<{ bytes: number, fpi: number, commits: number }> {
+  // Commits from the backends' reported statistics, which a busy backend sends at most once a second.
+  const { rows: [w] } = await db.query<{ bytes: string, fpi: string, commits: string }>('select wal_bytes as bytes, wal_fpi as fpi, (select xact_commit from pg_stat_database where datname = current_database()) as commits from pg_stat_wal')
+  return { bytes: Number(w!.bytes), fpi: Number(w!.fpi), commits: Number(w!.commits) }
 }
 
 const fleet = await startLocalFleet({ dataDir: '.data/bench-cost', basePort: numberFlag(a, 'base-port', 1_024, 60_000), cpus: a['fleet-cpus'], env: { LOG_LEVEL: 'warn' } })
@@ -60,7 +61,7 @@ try {
     return r.statusCode
   }
   await runOpenLoop({ rate: Math.min(...rates), durationMs: 3_000, send }) // warm-up (JIT, pools)
-  const results: Array<{ rate: number, sent: number, ok: number, p50: number, p99: number, perReq: Map<string, number>, sysPerReq: Map<string, number>, generator: number, walBytes: number, walFpi: number }> = []
+  const results: Array<{ rate: number, sent: number, ok: number, p50: number, p99: number, perReq: Map<string, number>, sysPerReq: Map<string, number>, generator: number, walBytes: number, walFpi: number, commits: number }> = []
   for (const rate of rates) {
     await sleep(2_000)
     const procs = await fleetProcesses(fleet.pid, db)
@@ -72,12 +73,13 @@ try {
     const after = cpuByPid(procs)
     const sys1 = cpuByPid(procs, 'system')
     const gen1 = cpuUs(process.pid)!
+    await sleep(1_500) // the backends' statistics of the run's last second
     const wal1 = await walNow(db)
     const served = r.completed
     const perReq = new Map([...cpuDeltaByLabel(procs, before, after)].map(([label, us]) => [label, us / served]))
     const sysPerReq = new Map([...cpuDeltaByLabel(procs, sys0, sys1)].map(([label, us]) => [label, us / served]))
     const s = summary(r.histogram)
-    results.push({ rate, sent: r.sentRate, ok: (r.statuses['201'] ?? 0) / r.scheduled, p50: s.p50Ms, p99: s.p99Ms, perReq, sysPerReq, generator: (gen1 - gen0) / served, walBytes: (wal1.bytes - wal0.bytes) / served, walFpi: (wal1.fpi - wal0.fpi) / served })
+    results.push({ rate, sent: r.sentRate, ok: (r.statuses['201'] ?? 0) / r.scheduled, p50: s.p50Ms, p99: s.p99Ms, perReq, sysPerReq, generator: (gen1 - gen0) / served, walBytes: (wal1.bytes - wal0.bytes) / served, walFpi: (wal1.fpi - wal0.fpi) / served, commits: (wal1.commits - wal0.commits) / served })
     console.log(`rate ${rate}: sent ${r.sentRate.toFixed(0)}/s, 201 ${(100 * (r.statuses['201'] ?? 0) / r.scheduled).toFixed(1)}%, p50 ${s.p50Ms.toFixed(1)} ms, p99 ${s.p99Ms.toFixed(1)} ms, end to end ${END_TO_END.reduce((x, l) => x + (perReq.get(l) ?? 0), 0).toFixed(0)} µs/auth`)
   }
   await gw.close()
@@ -94,6 +96,7 @@ try {
   for (const l of labels) console.log(`| ${l} | ${results.map(r => `${cell(r.perReq.get(l))}${END_TO_END.includes(l) ? ` (kernel ${cell(r.sysPerReq.get(l))})` : ''}`).join(' | ')} |`)
   console.log(`| whole fleet | ${results.map(r => [...r.perReq.values()].reduce((x, y) => x + y, 0).toFixed(0)).join(' | ')} |`)
   console.log(`| load generator (this process) | ${results.map(r => r.generator.toFixed(0)).join(' | ')} |`)
+  console.log(`| commits per authorization, whole database (1 / the mean group commit) | ${results.map(r => r.commits.toFixed(3)).join(' | ')} |`)
   console.log(`| WAL bytes (full-page images) per authorization, whole server | ${results.map(r => `${r.walBytes.toFixed(0)} (${r.walFpi.toFixed(2)})`).join(' | ')} |`)
   console.log(`| sent req/s | ${results.map(r => r.sent.toFixed(0)).join(' | ')} |`)
   console.log(`| answered 201 | ${results.map(r => `${(r.ok * 100).toFixed(1)}%`).join(' | ')} |`)
