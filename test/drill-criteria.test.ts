@@ -6,7 +6,7 @@ import { renderReport } from './load/drill/html-report.ts'
 
 const good = (): DrillFigures => ({
   card: { fault: { count: 1000, p50Ms: 8, p99Ms: 60, maxMs: 110 }, errors: 0 },
-  tax: { shed: 400, decided: { count: 400, under5: 400, p50Ms: 0.9, p99Ms: 3.2, maxMs: 4.6, lane: { p50Ms: 0.1, p99Ms: 0.3, maxMs: 0.9 } }, errors: 0, saturatedSeen: true },
+  tax: { shed: 400, decided: { count: 400, under5: 400, p50Ms: 0.9, p99Ms: 3.2, maxMs: 4.6, lane: { p50Ms: 0.1, p99Ms: 0.3, maxMs: 0.9 }, laneAnswer: { p50Ms: 0.5, p99Ms: 2.1, maxMs: 3.9 } }, errors: 0, saturatedSeen: true },
   storm: { errors: 0, maxReachedPerKey: 4, allowedPerKey: 4 },
   taxRecoveryMs: 1_800,
   ledger: { acknowledged: 1000, lost: 0, doubled: 0, phantom: 0 },
@@ -30,7 +30,7 @@ t.test('each criterion fails on its own', async t => {
     ['no-errors', f => { f.tax.errors = 1 }],
     ['no-errors', f => { f.storm.errors = 1 }],
     ['shed-decision', f => { f.tax.decided.under5 = 399 }],
-    ['shed-decision', f => { f.tax.decided = { count: 0, under5: 0, p50Ms: 0, p99Ms: 0, maxMs: 0, lane: { p50Ms: 0, p99Ms: 0, maxMs: 0 } } }],
+    ['shed-decision', f => { f.tax.decided = { count: 0, under5: 0, p50Ms: 0, p99Ms: 0, maxMs: 0, lane: { p50Ms: 0, p99Ms: 0, maxMs: 0 }, laneAnswer: { p50Ms: 0, p99Ms: 0, maxMs: 0 } } }],
     ['tax-recovery', f => { f.taxRecoveryMs = 5_000 }],
     ['tax-recovery', f => { f.taxRecoveryMs = null }],
     ['retry-storm', f => { f.storm.maxReachedPerKey = 5 }],
@@ -55,7 +55,7 @@ t.test('a shed request is judged as the client saw it, every one, with the lane\
   const c = evaluate(good()).find(x => x.id === 'shed-decision')!
   t.equal(c.pass, true)
   t.match(c.what, /as the client sees it/)
-  t.match(c.measured, /^p50 0\.90 ms, p99 3\.20 ms, max 4\.60 ms; 0 of 400 at or over 5 ms \(in the lane: p50 0\.10 ms, p99 0\.30 ms, max 0\.90 ms\)$/)
+  t.match(c.measured, /^p50 0\.90 ms, p99 3\.20 ms, max 4\.60 ms; 0 of 400 at or over 5 ms \(in the lane: decided p50 0\.10 ms, p99 0\.30 ms, max 0\.90 ms; answered p50 0\.50 ms, p99 2\.10 ms, max 3\.90 ms\)$/)
   const f = good()
   f.tax.decided.under5 = 399
   f.tax.decided.maxMs = 5.2
