@@ -2,6 +2,7 @@
 // on port 0; the port is read from Fastify's "Server listening at" log line.
 // Every process is killed at teardown, and its log is printed when a test fails.
 import { spawn, type ChildProcess } from 'node:child_process'
+import fs from 'node:fs'
 import net from 'node:net'
 import path from 'node:path'
 import readline from 'node:readline'
@@ -15,6 +16,18 @@ export const ROOT = path.resolve(import.meta.dirname, '../..')
 // set (and its totals) changed from run to run and failed CI at random. This
 // process's own collection was set up at start and is not affected.
 delete process.env.NODE_V8_COVERAGE
+
+/**
+ * Whether a process is still running: it exists and has not exited. An exited
+ * process whose parent is gone stays a zombie (state Z) until its new parent,
+ * PID 1, reaps it, which here can take seconds; it holds no port, socket,
+ * memory or CPU any more, so it counts as gone.
+ */
+export function running (pid: number): boolean {
+  let stat: string
+  try { stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8') } catch { return false }
+  return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z'
+}
 
 // Children still running when this test process exits (a crash at top level
 // skips the teardowns): killed at once, not waited for.

@@ -12,7 +12,7 @@ import readline from 'node:readline'
 import t from 'tap'
 import { testDatabase } from '../helpers/db.ts'
 import { eventually } from '../helpers/http.ts'
-import { freePort, freePorts, ROOT } from '../helpers/procs.ts'
+import { freePort, freePorts, ROOT, running } from '../helpers/procs.ts'
 import { DIST_DIR } from '../setup/state.ts'
 
 const db = await testDatabase(t)
@@ -34,12 +34,11 @@ const proc = spawn(npm[0]!, [...npm.slice(1), 'start'], {
 const lines: string[] = []
 readline.createInterface({ input: proc.stdout! }).on('line', l => lines.push(l))
 readline.createInterface({ input: proc.stderr! }).on('line', l => lines.push(l))
-const alive = (pid: number): boolean => { try { process.kill(pid, 0); return true } catch { return false } }
 const parentOf = (pid: number): number => Number(fs.readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /, '').split(' ')[1])
 const cmdline = (pid: number): string[] => fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean)
 const started: number[] = []
 t.teardown(() => {
-  for (const pid of [proc.pid!, ...started]) if (alive(pid)) process.kill(pid, 'SIGKILL')
+  for (const pid of [proc.pid!, ...started]) if (running(pid)) process.kill(pid, 'SIGKILL')
 })
 
 t.test('npm start runs the supervisor compiled; SIGTERM to npm alone stops the whole fleet', async t => {
@@ -58,8 +57,8 @@ t.test('npm start runs the supervisor compiled; SIGTERM to npm alone stops the w
   const exited = new Promise<number | null>(resolve => proc.once('exit', code => resolve(code)))
   proc.kill('SIGTERM') // npm only, not its process group
   await exited
-  const gone = await eventually(async () => [supervisor, ...pids].every(pid => !alive(pid)) || undefined, 60_000, 100)
-  t.ok(gone, `supervisor and children gone (left: ${[supervisor, ...pids].filter(alive).join(' ') || 'none'})`)
+  const gone = await eventually(async () => [supervisor, ...pids].every(pid => !running(pid)) || undefined, 60_000, 100)
+  t.ok(gone, `supervisor and children gone (left: ${[supervisor, ...pids].filter(running).join(' ') || 'none'})`)
   t.ok(lines.some(l => l.includes('draining the gateway, then the lanes')), 'the supervisor drained in order')
   const stopped = lines.some(l => l === '[supervisor] stopped')
   t.ok(stopped, `and said it stopped${stopped ? '' : '\n' + lines.filter(l => l.startsWith('[')).slice(-6).join('\n')}`)

@@ -13,7 +13,7 @@ import readline from 'node:readline'
 import t from 'tap'
 import { testDatabase } from '../helpers/db.ts'
 import { eventually } from '../helpers/http.ts'
-import { freePort, freePorts, ROOT } from '../helpers/procs.ts'
+import { freePort, freePorts, ROOT, running } from '../helpers/procs.ts'
 import { DIST_DIR } from '../setup/state.ts'
 
 // Ten fleet starts: more than tap's default 180 s per file on a busy 2-core host.
@@ -26,7 +26,6 @@ const single = { GATEWAY_PORT: await freePort(), TAX_SANDBOX_PORT: await freePor
 const ports = { ...single, WORKER_PORT: await freePorts(2, Object.values(single)) }
 const env = { ...process.env, ...db.env, DATABASE_URL: db.superUrl, DATA_DIR: dataDir, FLEET_DIST: DIST_DIR, FLEET_PREBUILT: 'true', LOG_LEVEL: 'warn', QUIET: 'true', ...Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])) }
 
-const alive = (pid: number): boolean => { try { process.kill(pid, 0); return true } catch { return false } }
 /** Every process below `pid` right now, from /proc. */
 function descendants (pid: number): number[] {
   const parent = new Map<number, number>()
@@ -64,9 +63,9 @@ t.test('killed with SIGKILL ten times: every child is gone within 35 s each time
     const kids = descendants(sup.pid!)
     sup.kill('SIGKILL')
     await exited
-    const gone = await eventually(async () => kids.every(p => !alive(p)), 35_000, 100)
-    t.ok(gone, `run ${i + 1} (${m.after} + ${m.ms} ms): all ${kids.length} processes it had started are gone (left: ${kids.filter(alive).join(' ') || 'none'})`)
-    for (const p of kids) if (alive(p)) process.kill(p, 'SIGKILL')
+    const gone = await eventually(async () => kids.every(p => !running(p)), 35_000, 100)
+    t.ok(gone, `run ${i + 1} (${m.after} + ${m.ms} ms): all ${kids.length} processes it had started are gone (left: ${kids.filter(running).join(' ') || 'none'})`)
+    for (const p of kids) if (running(p)) process.kill(p, 'SIGKILL')
   }
 })
 

@@ -10,7 +10,7 @@ import readline from 'node:readline'
 import t from 'tap'
 import { testDatabase } from '../helpers/db.ts'
 import { call, eventually } from '../helpers/http.ts'
-import { freePort, freePorts, ROOT } from '../helpers/procs.ts'
+import { freePort, freePorts, ROOT, running } from '../helpers/procs.ts'
 import { DIST_DIR } from '../setup/state.ts'
 
 const db = await testDatabase(t)
@@ -28,7 +28,6 @@ const lines: string[] = []
 readline.createInterface({ input: sup.stdout! }).on('line', l => lines.push(l))
 readline.createInterface({ input: sup.stderr! }).on('line', l => lines.push(l))
 t.teardown(() => { if (sup.exitCode === null) sup.kill('SIGKILL') })
-const alive = (pid: number): boolean => { try { process.kill(pid, 0); return true } catch { return false } }
 
 t.test('the fleet comes up with credentials, survives a killed lane, and stops cleanly', async t => {
   const up = await eventually(async () => lines.find(l => l.includes('fleet is up')), 60_000, 100)
@@ -75,6 +74,6 @@ t.test('the fleet comes up with credentials, survives a killed lane, and stops c
   sup.kill('SIGTERM')
   t.equal(await exited, 0, 'supervisor exits 0')
   const restartedPid = Number(/"pid":(\d+)[^\n]*Server listening/.exec(lines.filter(l => l.includes('"name":"card-auth"')).slice(-1)[0] ?? '')?.[1] ?? 0)
-  for (const pid of [...children, restartedPid].filter(Boolean)) t.notOk(alive(pid), `process ${pid} is gone`)
+  for (const pid of [...children, restartedPid].filter(Boolean)) t.notOk(running(pid), `process ${pid} is gone`)
   t.ok(lines.some(l => l.includes('draining the gateway, then the lanes')), 'ordered shutdown')
 })
