@@ -3,18 +3,10 @@
 // process that exited but is not reaped yet (a zombie) is not, and neither is a
 // pid that no longer exists.
 import { spawn } from 'node:child_process'
-import fs from 'node:fs'
 import readline from 'node:readline'
 import t from 'tap'
 import { eventually } from './helpers/http.ts'
-import { running } from './helpers/procs.ts'
-
-const stateOf = (pid: number): string | undefined => {
-  try {
-    const s = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
-    return s.slice(s.lastIndexOf(')') + 2, s.lastIndexOf(')') + 3)
-  } catch { return undefined }
-}
+import { processState, running } from './helpers/procs.ts'
 
 t.test('a live process is running; its unreaped exited child is not; a reaped one is not', async t => {
   // sh starts a short sleep in the background, prints its pid, then becomes a
@@ -23,7 +15,7 @@ t.test('a live process is running; its unreaped exited child is not; a reaped on
   const parent = spawn('sh', ['-c', 'sleep 0.3 & echo $!; exec sleep 30'], { stdio: ['ignore', 'pipe', 'inherit'] })
   t.teardown(() => { if (parent.exitCode === null) parent.kill('SIGKILL') })
   const zombie = Number(await new Promise<string>(resolve => readline.createInterface({ input: parent.stdout! }).once('line', resolve)))
-  t.ok(await eventually(async () => stateOf(zombie) === 'Z', 10_000, 20), `the child ${zombie} exited and is left unreaped (state ${stateOf(zombie)})`)
+  t.ok(await eventually(async () => processState(zombie) === 'Z', 10_000, 20), `the child ${zombie} exited and is left unreaped (state ${processState(zombie)})`)
   t.equal(running(zombie), false, 'an exited, unreaped process is not running')
   t.equal(running(parent.pid!), true, 'the live parent is running')
 

@@ -17,6 +17,14 @@ export const ROOT = path.resolve(import.meta.dirname, '../..')
 // process's own collection was set up at start and is not affected.
 delete process.env.NODE_V8_COVERAGE
 
+/** A process's state letter from /proc/<pid>/stat (R, S, D, Z, ...), or undefined once it is gone. */
+export function processState (pid: number): string | undefined {
+  let stat: string
+  try { stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8') } catch { return undefined }
+  const end = stat.lastIndexOf(')') // the command name may itself hold ')'
+  return stat.slice(end + 2, end + 3)
+}
+
 /**
  * Whether a process is still running: it exists and has not exited. An exited
  * process whose parent is gone stays a zombie (state Z) until its new parent,
@@ -24,9 +32,8 @@ delete process.env.NODE_V8_COVERAGE
  * memory or CPU any more, so it counts as gone.
  */
 export function running (pid: number): boolean {
-  let stat: string
-  try { stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8') } catch { return false }
-  return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z'
+  const state = processState(pid)
+  return state !== undefined && state !== 'Z'
 }
 
 // Children still running when this test process exits (a crash at top level
