@@ -11,7 +11,8 @@ import path from 'node:path'
 import t from 'tap'
 import { createKey } from '../shared/api-keys.ts'
 import { LANE_ANSWER_MAX_BYTES } from '../gateway/upstreams.ts'
-import { call, eventually } from './helpers/http.ts'
+import { untilServing } from './helpers/gateway.ts'
+import { call } from './helpers/http.ts'
 import { startProcess } from './helpers/procs.ts'
 
 const big = JSON.stringify({ pad: 'x'.repeat(LANE_ANSWER_MAX_BYTES) })
@@ -41,13 +42,7 @@ const gw = await startProcess(t, 'gateway', 'gateway/main.ts', {
 const get = (p: string) => call(gw.url + p, { headers: { authorization: `Bearer ${apiKey}` } })
 const id = '00000000-0000-4000-8000-000000000000'
 
-// A gateway just started on a starved host can shed its first second as
-// 503 ERR_GATEWAY_OVERLOADED (its start-up stall lands in under-pressure's first
-// event-loop sample; seen in CI, and here with the test pinned to a core shared
-// with busy loops). This file is about the answer bound, so it begins once an
-// answer under the bound comes through.
-const through = await eventually(async () => (await get(`/v1/fraud/screenings/${id}`)).status === 200, 30_000, 100)
-if (!through) throw new Error('the gateway never passed an answer under the bound through')
+await untilServing(gw.url)
 
 t.test('an answer over the bound is 502 ERR_LANE_ANSWER_TOO_LARGE, whole and as problem+json', async t => {
   for (const p of [`/v1/authorizations/${id}`, `/v1/tax/quotes/${id}`]) {

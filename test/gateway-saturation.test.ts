@@ -21,7 +21,7 @@ const CAP = laneLimits('card-auth', env).gateway.inflightCap
 const db = await testDatabase(t, env)
 await db.query("insert into card_auth.card_accounts (token, currency, available) values ('tok_cap_1', 'EUR', 1000000000)")
 const fleet = await startFleet(t, db, { lanes: ['card-auth'], env })
-const pressed = await startLoneGateway(t, { GATEWAY_PRESSURE_MAX_HEAP_BYTES: '1' })
+const pressed = await startLoneGateway(t, { GATEWAY_PRESSURE_MAX_HEAP_BYTES: '1' }, { pressed: true })
 const lane = fleet.lanes['card-auth']!
 t.teardown(() => { lane.proc.kill('SIGCONT') })
 

@@ -8,6 +8,7 @@ import { createKey } from '../../shared/api-keys.ts'
 import { laneLimits, type LaneName } from '../../shared/lanes.ts'
 import type { TestDb } from './db.ts'
 import { laneEnv, startProcess, type Proc } from './procs.ts'
+import { untilServing } from './gateway.ts'
 import { call, type Res } from './http.ts'
 
 export interface Fleet {
@@ -44,6 +45,7 @@ export async function startFleet (t: Test, db: TestDb, opts: { lanes?: LaneName[
     ...env, GATEWAY_PORT: '0', GATEWAY_HOST: '127.0.0.1', API_KEYS_FILE: keysFile,
     CARD_AUTH_URL: lanes['card-auth']?.url ?? unused, FRAUD_URL: lanes.fraud?.url ?? unused, TAX_URL: lanes.tax?.url ?? unused,
   })
+  await untilServing(gateway.url)
   let n = 0
   return {
     sandbox, lanes, gateway, apiKey, startLane,
