@@ -167,11 +167,15 @@ export async function warmPool (pool: pg.Pool, n: number, budgetMs = START_BUDGE
   const held: pg.PoolClient[] = []
   const until = Date.now() + budgetMs
   let claimed = 0 // connects started or done: never more than n, so none waits for a free client
+  // A pool being ended (the lane drains: SIGTERM, or its supervisor is gone)
+  // ends the warm-up: the held clients are released, so end() is not kept
+  // waiting on connects that can only fail until the budget runs out.
+  const ended = (): boolean => pool.ending
   const worker = async (): Promise<void> => {
-    while (claimed < n && Date.now() < until) {
+    while (claimed < n && Date.now() < until && !ended()) {
       claimed++
       try {
-        held.push(await retrying(() => pool.connect(), until - Date.now()))
+        held.push(await retrying(() => pool.connect(), until - Date.now(), ended))
       } catch { claimed--; return }
     }
   }
@@ -182,15 +186,15 @@ export async function warmPool (pool: pg.Pool, n: number, budgetMs = START_BUDGE
   return opened
 }
 
-/** fn, retried with capped exponential backoff and jitter until it succeeds or `budgetMs` has passed. */
-export async function retrying<T> (fn: () => Promise<T>, budgetMs: number): Promise<T> {
+/** fn, retried with capped exponential backoff and jitter until it succeeds, `budgetMs` has passed, or `stop()` says there is no point. */
+export async function retrying<T> (fn: () => Promise<T>, budgetMs: number, stop: () => boolean = () => false): Promise<T> {
   const until = Date.now() + budgetMs
   for (let attempt = 0; ; attempt++) {
     try {
       return await fn()
     } catch (err) {
       const wait = Math.min(2_000, 50 * 2 ** attempt) * (0.5 + Math.random() / 2)
-      if (Date.now() + wait >= until) throw err
+      if (stop() || Date.now() + wait >= until) throw err
       await new Promise(resolve => setTimeout(resolve, wait))
     }
   }
