@@ -7,6 +7,7 @@ import path from 'node:path'
 import { promisify } from 'node:util'
 import t from 'tap'
 import { testDatabase } from './helpers/db.ts'
+import { untilServing } from './helpers/gateway.ts'
 import { call, eventually } from './helpers/http.ts'
 import { ROOT, startProcess } from './helpers/procs.ts'
 
@@ -24,6 +25,7 @@ t.test('create, use, list and revoke a key', async t => {
   t.notOk(fs.readFileSync(file, 'utf8').includes(key), 'the key itself is not stored')
   t.equal(fs.statSync(file).mode & 0o777, 0o600, 'key file is 0600')
   const gw = await startProcess(t, 'gateway', 'gateway/main.ts', { ...db.env, GATEWAY_PORT: '0', GATEWAY_HOST: '127.0.0.1', API_KEYS_FILE: file, CARD_AUTH_URL: 'http://127.0.0.1:9', FRAUD_URL: 'http://127.0.0.1:9', TAX_URL: 'http://127.0.0.1:9' })
+  await untilServing(gw.url)
   const probe = () => call(gw.url + '/v1/tax/quotes/00000000-0000-4000-8000-000000000000', { headers: { authorization: `Bearer ${key}` } })
   t.equal((await probe()).body.code, 'ERR_LANE_UNAVAILABLE', 'authenticated (the lane is simply not running)')
   t.match((await keys('list')).stdout, /shop-eu\t[0-9a-f]{12}…\tcreated .*\tlive/)

@@ -11,6 +11,7 @@ import { createKey } from '../../shared/api-keys.ts'
 import { SupervisedChild, waitHealthy } from '../../services/supervisor/child.ts'
 import { laneLimits } from '../../shared/lanes.ts'
 import { testDatabase } from '../helpers/db.ts'
+import { untilServing } from '../helpers/gateway.ts'
 import { call, eventually, percentile, sleep } from '../helpers/http.ts'
 import { compiled, freePort, laneEnv, startProcess } from '../helpers/procs.ts'
 
@@ -40,6 +41,7 @@ const gw = await startProcess(t, 'gateway', 'gateway/main.ts', {
   ...env, GATEWAY_PORT: '0', GATEWAY_HOST: '127.0.0.1', API_KEYS_FILE: keysFile,
   CARD_AUTH_URL: card.url, FRAUD_URL: 'http://127.0.0.1:9', TAX_URL: `http://127.0.0.1:${taxPort}`,
 })
+await untilServing(gw.url)
 let n = 0
 const post = (p: string, json: unknown) => call(gw.url + p, { json, headers: { authorization: `Bearer ${apiKey}`, 'idempotency-key': `iso-${++n}` } })
 const authorize = () => post('/v1/authorizations', { merchantId: 'm_iso', cardToken: 'tok_iso_card', amount: { value: 100, currency: 'EUR' } })
