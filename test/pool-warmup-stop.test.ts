@@ -15,6 +15,7 @@ import { eventually } from './helpers/http.ts'
 const db = await testDatabase(t)
 const url = db.laneUrl('fraud')
 const role = new URL(url).username
+const short = role.slice(db.prefix.length) // connectionsByRole() names roles without the test's prefix
 const limit = Number((await db.query('select rolconnlimit as limit from pg_roles where rolname = $1', [role]))[0]?.limit)
 
 t.test('a pool ended while warming: the warm-up stops and end() does not wait for its budget', async t => {
@@ -26,7 +27,7 @@ t.test('a pool ended while warming: the warm-up stops and end() does not wait fo
   let warmedAt = 0
   const warming = warmPool(pool, limit + 2, budgetMs).then(n => { warmedAt = Date.now(); return n })
   // Every connection the role may have is open, and the warm-up is retrying the rest.
-  t.ok(await eventually(async () => (await db.connectionsByRole())[role.slice(db.prefix.length)] === limit, 30_000, 50), `the warm-up holds all ${limit} connections the role allows`)
+  t.ok(await eventually(async () => (await db.connectionsByRole())[short] === limit, 30_000, 50), `the warm-up holds all ${limit} connections the role allows`)
   t.equal(warmedAt, 0, 'and is still warming (its last connects are refused)')
 
   await pool.end()
@@ -35,5 +36,5 @@ t.test('a pool ended while warming: the warm-up stops and end() does not wait fo
   t.equal(warmed, limit, 'the warm-up stops with what it had opened')
   t.ok(ended - started < budgetMs / 2, `end() resolved ${ended - started} ms after the warm-up began, far inside its ${budgetMs} ms budget`)
   t.equal(pool.totalCount, 0, 'no client is left')
-  t.ok(await eventually(async () => !(role.slice(db.prefix.length) in (await db.connectionsByRole())), 10_000, 50), 'and the server holds no connection of the role')
+  t.ok(await eventually(async () => !(short in (await db.connectionsByRole())), 10_000, 50), 'and the server holds no connection of the role')
 })
