@@ -9,14 +9,14 @@ import t from 'tap'
 import { testDatabase } from './helpers/db.ts'
 import { untilServing } from './helpers/gateway.ts'
 import { call, eventually } from './helpers/http.ts'
-import { ROOT, startProcess } from './helpers/procs.ts'
+import { ROOT, startProcess, TS_LOADER } from './helpers/procs.ts'
 
 const run = promisify(execFile)
 const db = await testDatabase(t)
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wt-keys-'))
 t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
 const file = path.join(dir, 'api-keys.json')
-const keys = (...args: string[]) => run(process.execPath, ['--import', 'tsx', 'gateway/keys-cli.ts', ...args], { cwd: ROOT, env: { ...process.env, API_KEYS_FILE: file } })
+const keys = (...args: string[]) => run(process.execPath, [...TS_LOADER, 'gateway/keys-cli.ts', ...args], { cwd: ROOT, env: { ...process.env, API_KEYS_FILE: file } })
 
 t.test('create, use, list and revoke a key', async t => {
   const { stdout } = await keys('create', 'shop-eu')

@@ -5,9 +5,9 @@ import { execFile } from 'node:child_process'
 import path from 'node:path'
 import { promisify } from 'node:util'
 import t from 'tap'
-import { ROOT } from './helpers/procs.ts'
+import { ROOT, TS_LOADER } from './helpers/procs.ts'
 
-const run = (dir?: string) => promisify(execFile)(process.execPath, ['--import', 'tsx', '.ci/bulkheads/gate.ts', ...(dir ? [dir] : [])], { cwd: ROOT })
+const run = (dir?: string) => promisify(execFile)(process.execPath, [...TS_LOADER, '.ci/bulkheads/gate.ts', ...(dir ? [dir] : [])], { cwd: ROOT })
   .then(r => ({ code: 0, out: r.stdout + r.stderr }), (e: { code: number, stdout: string, stderr: string }) => ({ code: e.code, out: e.stdout + e.stderr }))
 
 t.test('the fleet passes the gate', async t => {

@@ -17,7 +17,7 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import t, { type Test } from 'tap'
-import { freePort, ROOT } from './helpers/procs.ts'
+import { freePort, NO_COVERAGE, ROOT, TS_LOADER } from './helpers/procs.ts'
 
 const ROOT_ONLY = process.getuid?.() === 0 ? false : 'only root has PostgreSQL run as another user (postgres); as any other user the server runs as that user, who can enter its own checkout'
 const STACK = /^\s+at |Unhandled 'error' event|node:internal/m
@@ -26,7 +26,7 @@ interface Exit { code: number | null, out: string, messages: Array<{ ready?: boo
 
 /** Run a node script to its exit (60 s at most), stdout and stderr together, IPC messages kept. */
 function runToExit (t: Test, args: string[], env: Record<string, string | undefined>): Promise<Exit> {
-  const child = spawn(process.execPath, ['--import', 'tsx', ...args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe', 'ipc'] })
+  const child = spawn(process.execPath, [...TS_LOADER, ...args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe', 'ipc'] })
   t.teardown(() => { if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL') })
   const messages: Exit['messages'] = []
   let out = ''
@@ -66,8 +66,9 @@ function embeddedFarm (dir: string): { daemon: string, initdb: string } {
   return { daemon: path.join(dir, 'shared/db/embedded-daemon.ts'), initdb: path.join(dir, 'node_modules', programs, 'native/bin/initdb') }
 }
 
+// Not measured: its shared/ is a copy outside the repo's tree.
 const daemonEnv = async (dataDir: string, password: string) => ({
-  ...process.env, DATABASE_URL: undefined, NODE_V8_COVERAGE: undefined,
+  ...process.env, ...NO_COVERAGE, DATABASE_URL: undefined,
   WT_EMBEDDED_OPTS: JSON.stringify({ dataDir, port: await freePort(), password }),
 })
 
@@ -76,7 +77,7 @@ const waysOut = /Ways out: move the checkout.* to a directory others can enter, 
 t.test('npm start with its data directory under a 0700 directory: one line, exit 77', { skip: ROOT_ONLY }, async t => {
   const locked = tempDir(t, os.tmpdir(), 0o700)
   const r = await runToExit(t, ['services/supervisor/main.ts'], {
-    ...process.env, DATABASE_URL: undefined, NODE_V8_COVERAGE: undefined, DATA_DIR: path.join(locked, 'data'), PG_PORT: String(await freePort()),
+    ...process.env, DATABASE_URL: undefined, DATA_DIR: path.join(locked, 'data'), PG_PORT: String(await freePort()),
   })
   t.equal(r.code, 77, 'exit code 77 (EX_NOPERM)')
   const lines = r.out.split('\n').filter(l => l.includes('embedded PostgreSQL cannot start'))

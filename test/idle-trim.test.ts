@@ -8,7 +8,7 @@ import v8 from 'node:v8'
 import t from 'tap'
 import { idleTrimMs, startIdleTrim } from '../shared/idle-trim.ts'
 import { call, eventually } from './helpers/http.ts'
-import { ROOT, startProcess } from './helpers/procs.ts'
+import { ROOT, startProcess, TS_LOADER } from './helpers/procs.ts'
 
 const run = promisify(execFile)
 
@@ -74,7 +74,7 @@ t.test('in this process: no collection while the loop is busy; once it is idle, 
 
 t.test('the idle collection collects the old generation too: what a load left there is freed', async t => {
   // Run alone, so no other code's allocation decides what the collection finds.
-  const r = await run(process.execPath, ['--import', 'tsx', 'test/fixtures/idle-trim-old.ts'], { cwd: ROOT })
+  const r = await run(process.execPath, [...TS_LOADER, 'test/fixtures/idle-trim-old.ts'], { cwd: ROOT })
   type Trim = { heapUsedBeforeMb: number, heapUsedAfterMb: number, heapTotalBeforeMb: number, heapTotalAfterMb: number }
   const x = JSON.parse(r.stdout) as { usedBeforeMb: number, live: number, trims: Trim[] }
   t.equal(x.live, 40_000, 'the objects still referenced are kept')

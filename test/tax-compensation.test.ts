@@ -16,7 +16,7 @@ import { DEFAULT_TABLE_FILE, readTable, tableChecksum } from '../services/tax/co
 import { testDatabase } from './helpers/db.ts'
 import { startFleet } from './helpers/fleet.ts'
 import { admitReason, call, eventually } from './helpers/http.ts'
-import { ROOT } from './helpers/procs.ts'
+import { ROOT, TS_LOADER } from './helpers/procs.ts'
 import { startWorker } from './helpers/queue.ts'
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wt-comp-'))
@@ -108,7 +108,7 @@ t.test('reconciliation records the true rate once the provider answers, at its p
 t.test('a 1% error fails certification, and the lane refuses that jurisdiction', async t => {
   writeTable({ ...base.rates, DE: base.rates.DE! * 1.01 })
   const run = promisify(execFile)
-  const cli = await run(process.execPath, ['--import', 'tsx', 'services/tax/compensation/certify-cli.ts', '--table', tableFile, '--provider', fleet.sandbox.url, '--out', certFile], { cwd: ROOT }).catch(e => e as { code: number, stdout: string })
+  const cli = await run(process.execPath, [...TS_LOADER, 'services/tax/compensation/certify-cli.ts', '--table', tableFile, '--provider', fleet.sandbox.url, '--out', certFile], { cwd: ROOT }).catch(e => e as { code: number, stdout: string })
   t.equal((cli as { code?: number }).code, 1, 'tax:certify exits 1')
   t.match(cli.stdout, /FAILED DE: table 0\.1919\d*, provider 0\.19, off by 1\.00%/)
   const cert = JSON.parse(fs.readFileSync(certFile, 'utf8'))

@@ -154,12 +154,15 @@ export async function startEmbedded (opts: EmbeddedOptions): Promise<EmbeddedSer
 /**
  * startEmbedded in a detached child process (embedded-daemon.ts); stop() sends it
  * SIGTERM. `compiledDaemon`: the daemon compiled to JavaScript (the fleet's
- * dist/), run as it is; without it the TypeScript source runs under tsx (its
- * loader thread costs the process ~30 MB more).
+ * dist/), run as it is; without it the TypeScript source runs under a loader (its
+ * thread costs the process ~30 MB more).
  */
 export async function spawnEmbedded (opts: Omit<EmbeddedOptions, 'log' | 'persistent'>, compiledDaemon?: string): Promise<EmbeddedServer> {
   const script = compiledDaemon ?? fileURLToPath(new URL('./embedded-daemon.ts', import.meta.url))
-  const child = spawn(process.execPath, compiledDaemon ? [script] : ['--import', 'tsx', script], {
+  // From source: under this process's own TypeScript loader (its execArgv, as fork()
+  // passes them), or tsx when it was started without one.
+  const loader = process.execArgv.some(a => /^--(import|loader|experimental-loader)(=|$)/.test(a)) ? process.execArgv : ['--import', 'tsx']
+  const child = spawn(process.execPath, compiledDaemon ? [script] : [...loader, script], {
     detached: true,
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     env: { ...process.env, WT_EMBEDDED_OPTS: JSON.stringify(opts) },

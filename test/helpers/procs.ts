@@ -11,11 +11,18 @@ import { DIST_DIR } from '../setup/state.ts'
 
 export const ROOT = path.resolve(import.meta.dirname, '../..')
 
-// Coverage is measured in the test processes only. Child processes would write
-// V8 coverage too, but only those that exit gracefully do, so the report's file
-// set (and its totals) changed from run to run and failed CI at random. This
-// process's own collection was set up at start and is not affected.
-delete process.env.NODE_V8_COVERAGE
+/**
+ * Node's arguments to run one of the repo's TypeScript files the way tap loads the
+ * tests (test/setup/ts-hooks.mjs). Every test process compiles a file the same
+ * way, so the coverage that several of them report for it merges line for line.
+ */
+export const TS_LOADER = ['--import', path.join(ROOT, 'test/setup/ts-register.mjs')]
+
+// Coverage: tap's processinfo, imported into every Node process through
+// NODE_OPTIONS, measures the child processes a test starts too (the fleet's
+// bundles map back to their sources through their source maps). One killed with
+// SIGKILL writes none. `NO_COVERAGE` in a child's environment turns it off there.
+export const NO_COVERAGE = { _TAPJS_PROCESSINFO_COVERAGE_: '0' }
 
 /** A process's state letter from /proc/<pid>/stat (R, S, D, Z, ...), or undefined once it is gone. */
 export function processState (pid: number): string | undefined {

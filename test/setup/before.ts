@@ -10,8 +10,8 @@ fs.rmSync(STATE_FILE, { force: true })
 const built = buildFleet(DIST_DIR, { withSupervisor: true }).then(() => undefined, (err: Error) => err)
 const child = spawn(process.execPath, ['--import', 'tsx', 'test/setup/pg-daemon.ts'], {
   detached: true,
-  // The server process is not measured (see test/helpers/procs.ts).
-  env: { ...process.env, NODE_V8_COVERAGE: undefined, WT_TEST_RUNNER_PID: RUN_ID },
+  // The server process is not measured (tap's processinfo: see test/helpers/procs.ts).
+  env: { ...process.env, _TAPJS_PROCESSINFO_COVERAGE_: '0', WT_TEST_RUNNER_PID: RUN_ID },
   stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
 })
 await new Promise<void>((resolve, reject) => {
