@@ -3,15 +3,16 @@
 import { spawn } from 'node:child_process'
 import fs from 'node:fs'
 import { buildFleet } from '../../services/supervisor/build.ts'
+import { NO_COVERAGE, TS_LOADER } from '../helpers/procs.ts'
 import { DIST_DIR, RUN_ID, STATE_FILE } from './state.ts'
 
 fs.rmSync(STATE_FILE, { force: true })
 // With the supervisor: the drill's fleet runs it compiled, as `npm start` does.
 const built = buildFleet(DIST_DIR, { withSupervisor: true }).then(() => undefined, (err: Error) => err)
-const child = spawn(process.execPath, ['--import', 'tsx', 'test/setup/pg-daemon.ts'], {
+const child = spawn(process.execPath, [...TS_LOADER, 'test/setup/pg-daemon.ts'], {
   detached: true,
-  // The server process is not measured (tap's processinfo: see test/helpers/procs.ts).
-  env: { ...process.env, _TAPJS_PROCESSINFO_COVERAGE_: '0', WT_TEST_RUNNER_PID: RUN_ID },
+  // The server process is not measured (see test/helpers/procs.ts).
+  env: { ...process.env, ...NO_COVERAGE, WT_TEST_RUNNER_PID: RUN_ID },
   stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
 })
 await new Promise<void>((resolve, reject) => {
