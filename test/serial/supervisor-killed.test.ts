@@ -16,15 +16,26 @@ import { eventually } from '../helpers/http.ts'
 import { freePort, freePorts, ROOT, running } from '../helpers/procs.ts'
 import { DIST_DIR } from '../setup/state.ts'
 
-// Ten fleet starts: more than tap's default 180 s per file on a busy 2-core host.
+// Ten fleet starts, two at a time: more than tap's default 180 s per file on a busy 2-core host.
 t.setTimeout(420_000)
-const db = await testDatabase(t)
-const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'wt-supkill-'))
-t.teardown(() => fs.rmSync(dataDir, { recursive: true, force: true }))
-const single = { GATEWAY_PORT: await freePort(), TAX_SANDBOX_PORT: await freePort(), CARD_AUTH_PORT: await freePort(), FRAUD_PORT: await freePort(), TAX_PORT: await freePort(), DECK_PORT: await freePort() }
-// Two workers: WORKER_PORT and the next one.
-const ports = { ...single, WORKER_PORT: await freePorts(2, Object.values(single)) }
-const env = { ...process.env, ...db.env, DATABASE_URL: db.superUrl, DATA_DIR: dataDir, FLEET_DIST: DIST_DIR, FLEET_PREBUILT: 'true', LOG_LEVEL: 'warn', QUIET: 'true', ...Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])) }
+
+// Two fleets side by side, each with its own database, data directory and ports,
+// so their kills overlap: nothing of one is shared with the other.
+const taken = new Set<number>()
+async function fleetSetup () {
+  const db = await testDatabase(t)
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'wt-supkill-'))
+  t.teardown(() => fs.rmSync(dataDir, { recursive: true, force: true }))
+  const port = async (): Promise<number> => { for (;;) { const p = await freePort(); if (!taken.has(p)) { taken.add(p); return p } } }
+  const single = { GATEWAY_PORT: await port(), TAX_SANDBOX_PORT: await port(), CARD_AUTH_PORT: await port(), FRAUD_PORT: await port(), TAX_PORT: await port(), DECK_PORT: await port() }
+  // Two workers: WORKER_PORT and the next one.
+  const worker = await freePorts(2, taken)
+  taken.add(worker).add(worker + 1)
+  const ports = { ...single, WORKER_PORT: worker }
+  const env = { ...process.env, ...db.env, DATABASE_URL: db.superUrl, DATA_DIR: dataDir, FLEET_DIST: DIST_DIR, FLEET_PREBUILT: 'true', LOG_LEVEL: 'warn', QUIET: 'true', ...Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])) }
+  return { ports, env }
+}
+const fleets = [await fleetSetup(), await fleetSetup()]
 
 /** Every process below `pid` right now, from /proc. */
 function descendants (pid: number): number[] {
@@ -38,9 +49,9 @@ function descendants (pid: number): number[] {
   return out
 }
 
-function startSupervisor (extraEnv: Record<string, string> = {}) {
+function startSupervisor (env: NodeJS.ProcessEnv) {
   // Compiled, as `npm start` runs it (and a start ten times over costs ~2 s less each than under tsx).
-  const sup = spawn(process.execPath, [path.join(DIST_DIR, 'services/supervisor/main.js')], { cwd: ROOT, env: { ...env, ...extraEnv }, stdio: ['ignore', 'pipe', 'pipe'] })
+  const sup = spawn(process.execPath, [path.join(DIST_DIR, 'services/supervisor/main.js')], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] })
   const lines: string[] = []
   readline.createInterface({ input: sup.stdout! }).on('line', l => lines.push(l))
   readline.createInterface({ input: sup.stderr! }).on('line', l => lines.push(l))
@@ -50,30 +61,39 @@ function startSupervisor (extraEnv: Record<string, string> = {}) {
 
 // Moments to kill at: once the first children are up (at growing delays), and once the whole fleet is.
 const moments = [...[0, 300, 700, 1_000, 1_500, 2_500, 3_500, 5_000].map(ms => ({ after: 'first child' as const, ms })), ...[0, 0].map(ms => ({ after: 'fleet is up' as const, ms }))]
+// Dealt out so the two fleets take about as long: the two whole starts (~10 s of
+// both cores each) and the two shortest kills on one, the six longer waits (mostly
+// asleep) on the other. Each fleet's runs one after another.
+const dealt = [moments.filter(m => m.after === 'fleet is up' || m.ms <= 300), moments.filter(m => m.after === 'first child' && m.ms > 300)]
 
 t.test('killed with SIGKILL ten times: every child is gone within 35 s each time', async t => {
-  for (const [i, m] of moments.entries()) {
-    const { sup, lines, exited } = startSupervisor()
-    t.teardown(() => { if (sup.exitCode === null) sup.kill('SIGKILL') })
-    const ready = m.after === 'fleet is up'
-      ? await eventually(async () => lines.some(l => l.includes('fleet is up')), 120_000, 50)
-      : await eventually(async () => descendants(sup.pid!).length > 0, 60_000, 20)
-    t.ok(ready, `run ${i + 1}: reached "${m.after}"${ready ? '' : `\n${lines.slice(-20).join('\n')}`}`)
-    if (m.ms) await new Promise(r => setTimeout(r, m.ms))
-    const kids = descendants(sup.pid!)
-    sup.kill('SIGKILL')
-    await exited
-    const gone = await eventually(async () => kids.every(p => !running(p)), 35_000, 100)
-    t.ok(gone, `run ${i + 1} (${m.after} + ${m.ms} ms): all ${kids.length} processes it had started are gone (left: ${kids.filter(running).join(' ') || 'none'})`)
-    for (const p of kids) if (running(p)) process.kill(p, 'SIGKILL')
-  }
+  await Promise.all(fleets.map(async (fleet, f) => {
+    for (const m of dealt[f]!) {
+      const run = moments.indexOf(m) + 1
+      const { sup, lines, exited } = startSupervisor(fleet.env)
+      t.teardown(() => { if (sup.exitCode === null) sup.kill('SIGKILL') })
+      const ready = m.after === 'fleet is up'
+        ? await eventually(async () => lines.some(l => l.includes('fleet is up')), 120_000, 50)
+        : await eventually(async () => descendants(sup.pid!).length > 0, 60_000, 20)
+      t.ok(ready, `run ${run}: reached "${m.after}"${ready ? '' : `\n${lines.slice(-20).join('\n')}`}`)
+      if (m.ms) await new Promise(r => setTimeout(r, m.ms))
+      const kids = descendants(sup.pid!)
+      sup.kill('SIGKILL')
+      await exited
+      const gone = await eventually(async () => kids.every(p => !running(p)), 35_000, 100)
+      t.ok(gone, `run ${run} (${m.after} + ${m.ms} ms): all ${kids.length} processes it had started are gone (left: ${kids.filter(running).join(' ') || 'none'})`)
+      for (const p of kids) if (running(p)) process.kill(p, 'SIGKILL')
+    }
+  }))
+  t.equal(dealt.flat().length, moments.length, 'every moment was run')
 })
 
 t.test('a port held by a stale process: named, with what to do, and no child started', async t => {
   const holder = net.createServer()
+  const { ports, env } = fleets[0]!
   await new Promise<void>(resolve => holder.listen(ports.WORKER_PORT, '127.0.0.1', resolve))
   t.teardown(() => new Promise<void>(resolve => holder.close(() => resolve())))
-  const { sup, lines, exited } = startSupervisor()
+  const { sup, lines, exited } = startSupervisor(env)
   t.teardown(() => { if (sup.exitCode === null) sup.kill('SIGKILL') })
   t.equal(await exited, 1, 'the supervisor exits 1')
   const text = lines.join('\n')
