@@ -1,7 +1,8 @@
 // The tax lane's writer of compensated quotes given while saturated
 // (services/tax/store-quote.ts): alone or in a batch, each quote is stored once
 // with exactly one reconcile job, and a key already taken answers the earlier
-// quote (a replay), whether it was taken before or earlier in the same batch.
+// quote (a replay), whether it was taken before or earlier in the same batch;
+// no enqueue key is kept for the jobs (jobs.enqueue_keys is never pruned).
 // A batch of one goes as the single quote's statement, larger ones as the unnest
 // form: both are exercised here.
 import t from 'tap'
@@ -49,4 +50,5 @@ t.test('in one batch: new keys stored, a taken key and a key repeated in the bat
   const stored = await rows()
   t.same(stored.map(r => r.idempotency_key), ['k-alone', 'k-batch-1', 'k-batch-2'], 'one row per key')
   t.same((await jobs()).map(j => j.quote).sort(), stored.map(r => r.id).sort(), 'one reconcile job per stored quote, none for a replay')
+  t.same(await db.query('select queue, idempotency_key from jobs.enqueue_keys'), [], 'and no enqueue key kept for any of them: the quote\'s own key makes its job unique')
 })

@@ -18,6 +18,9 @@ export interface StoredScreening { fingerprint: string, response: { id: string, 
 // The batch's screenings and, for those that were new, their jobs
 // (jobs.enqueue_many: one NOTIFY for the lot), in one statement; then the
 // earlier screening of every key that was taken (a replay), committed by then.
+// A job is queued only with a screening the statement inserted, whose key is
+// unique: one job per screening without an enqueue key (which would keep a row
+// in jobs.enqueue_keys for good for every queued screening).
 const WRITE_BATCH = `
   with input as (
     select * from unnest($1::int[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::text[], $10::text[], $11::text[], $12::jsonb[])
@@ -31,7 +34,7 @@ const WRITE_BATCH = `
   ), jobs as (
     select count(*) as n from jobs.enqueue_many('${QUEUES.fraudAsync}', '${JOB_NAMES.fraudScore}',
       array(select jsonb_build_object('screeningId', i.id) from input i join ins using (id) order by i.ord),
-      array(select 'score:' || i.id from input i join ins using (id) order by i.ord), 0, 0, 10)
+      null, 0, 0, 10)
   )
   select i.ord, ins.id is not null as inserted from input i left join ins using (id) cross join jobs order by i.ord`
 

@@ -64,11 +64,15 @@ const INSERT_QUOTE = `insert into tax.quotes as q (${QUOTE_COLUMNS})
   returning q.fingerprint, q.response, (q.id = $1) as inserted`
 const STORE_QUOTE = { name: 'tax-store-quote', text: INSERT_QUOTE }
 // The job CTE is a plain SELECT, evaluated only as far as the outer query reads
-// it: the count reads all of it.
+// it: the count reads all of it. The job has no enqueue key of its own: it is
+// queued only with a quote this statement inserted, and the quote's key is
+// unique, so there is one job per quote already. A key would cost a row in
+// jobs.enqueue_keys for every compensated quote, kept for good, and a fifth of
+// a batch's time in the statement.
 const STORE_COMPENSATED = {
   name: 'tax-store-compensated',
   text: `with ins as (${INSERT_QUOTE}),
-    job as (select jobs.enqueue('${QUEUES.taxReconcile}', '${JOB_NAMES.taxReconcile}', $14::jsonb, 0, 0, 20, 'reconcile:' || $1::text) from ins where ins.inserted)
+    job as (select jobs.enqueue('${QUEUES.taxReconcile}', '${JOB_NAMES.taxReconcile}', $14::jsonb, 0, 0, 20) from ins where ins.inserted)
   select ins.fingerprint, ins.response, ins.inserted from ins cross join (select count(*) from job) j`,
 }
 
@@ -84,9 +88,10 @@ const quoteValues = (r: QuoteRecord): unknown[] => [r.id, r.clientId, r.key, r.f
 const compensatedValues = (r: QuoteRecord): unknown[] => [...quoteValues(r), { quoteId: r.id, reason: r.reason }]
 
 // One statement writes the batch's quotes and, for those that were new, their
-// reconcile jobs (jobs.enqueue_many: one NOTIFY for the lot), committed when it
-// returns; a second reads back the earlier quote of every key that was taken (a
-// replay), a duplicate written earlier in the same batch included.
+// reconcile jobs (jobs.enqueue_many: one NOTIFY for the lot; no enqueue keys, as
+// above), committed when it returns; a second reads back the earlier quote of
+// every key that was taken (a replay), a duplicate written earlier in the same
+// batch included.
 const WRITE_BATCH = `
   with input as (
     select * from unnest($1::int[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[],
@@ -101,7 +106,7 @@ const WRITE_BATCH = `
   ), jobs as (
     select count(*) as n from jobs.enqueue_many('${QUEUES.taxReconcile}', '${JOB_NAMES.taxReconcile}',
       array(select jsonb_build_object('quoteId', i.id, 'reason', i.reason) from input i join ins using (id) order by i.ord),
-      array(select 'reconcile:' || i.id from input i join ins using (id) order by i.ord), 0, 0, 20)
+      null, 0, 0, 20)
   )
   select i.ord, ins.id is not null as inserted from input i left join ins using (id) cross join jobs order by i.ord`
 

@@ -35,6 +35,7 @@ t.test('overload: sync first, async overflow, every screening final exactly once
 
   const queued = await db.query("select 1 from jobs.jobs_hot where queue = 'fraud-async'")
   t.equal(queued.length, async.length, 'one fraud-async job per async screening, queued before any worker runs')
+  t.same(await db.query("select idempotency_key from jobs.enqueue_keys where queue = 'fraud-async'"), [], 'no enqueue key kept for them: the screening\'s own key makes its job unique')
   const first = await fleet.get(async[0]!.headers.location!)
   t.equal(first.body.status, 'queued', 'GET shows queued before the worker runs')
 
