@@ -12,7 +12,7 @@ import readline from 'node:readline'
 import t from 'tap'
 import { testDatabase } from '../helpers/db.ts'
 import { eventually } from '../helpers/http.ts'
-import { freePort, freePorts, ROOT, running } from '../helpers/procs.ts'
+import { fleetPorts, ROOT, running } from '../helpers/procs.ts'
 import { DIST_DIR } from '../setup/state.ts'
 
 const db = await testDatabase(t)
@@ -23,12 +23,11 @@ t.teardown(() => {
   fs.rmSync(dataDir, { recursive: true, force: true })
   fs.rmSync(dist, { recursive: true, force: true })
 })
-const single = { GATEWAY_PORT: await freePort(), TAX_SANDBOX_PORT: await freePort(), CARD_AUTH_PORT: await freePort(), FRAUD_PORT: await freePort(), TAX_PORT: await freePort(), DECK_PORT: await freePort() }
-const ports = { ...single, WORKER_PORT: await freePorts(2, Object.values(single)) }
+const { env: portEnv } = await fleetPorts()
 const npm = process.env.npm_execpath ? [process.execPath, process.env.npm_execpath] : ['npm']
 const proc = spawn(npm[0]!, [...npm.slice(1), 'start'], {
   cwd: ROOT,
-  env: { ...process.env, ...db.env, DATABASE_URL: db.superUrl, DATA_DIR: dataDir, FLEET_DIST: path.relative(ROOT, dist), LOG_LEVEL: 'warn', ...Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])) },
+  env: { ...process.env, ...db.env, DATABASE_URL: db.superUrl, DATA_DIR: dataDir, FLEET_DIST: path.relative(ROOT, dist), LOG_LEVEL: 'warn', ...portEnv },
   stdio: ['ignore', 'pipe', 'pipe'],
 })
 const lines: string[] = []

@@ -13,7 +13,7 @@ import readline from 'node:readline'
 import t from 'tap'
 import { testDatabase } from '../helpers/db.ts'
 import { eventually } from '../helpers/http.ts'
-import { freePort, freePorts, ROOT, running } from '../helpers/procs.ts'
+import { fleetPorts, ROOT, running } from '../helpers/procs.ts'
 import { DIST_DIR } from '../setup/state.ts'
 
 // Ten fleet starts, two at a time: more than tap's default 180 s per file on a busy 2-core host.
@@ -26,13 +26,8 @@ async function fleetSetup () {
   const db = await testDatabase(t)
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'wt-supkill-'))
   t.teardown(() => fs.rmSync(dataDir, { recursive: true, force: true }))
-  const port = async (): Promise<number> => { for (;;) { const p = await freePort(); if (!taken.has(p)) { taken.add(p); return p } } }
-  const single = { GATEWAY_PORT: await port(), TAX_SANDBOX_PORT: await port(), CARD_AUTH_PORT: await port(), FRAUD_PORT: await port(), TAX_PORT: await port(), DECK_PORT: await port() }
-  // Two workers: WORKER_PORT and the next one.
-  const worker = await freePorts(2, taken)
-  taken.add(worker).add(worker + 1)
-  const ports = { ...single, WORKER_PORT: worker }
-  const env = { ...process.env, ...db.env, DATABASE_URL: db.superUrl, DATA_DIR: dataDir, FLEET_DIST: DIST_DIR, FLEET_PREBUILT: 'true', LOG_LEVEL: 'warn', QUIET: 'true', ...Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])) }
+  const { ports, env: portEnv } = await fleetPorts(taken)
+  const env = { ...process.env, ...db.env, DATABASE_URL: db.superUrl, DATA_DIR: dataDir, FLEET_DIST: DIST_DIR, FLEET_PREBUILT: 'true', LOG_LEVEL: 'warn', QUIET: 'true', ...portEnv }
   return { ports, env }
 }
 const fleets = [await fleetSetup(), await fleetSetup()]

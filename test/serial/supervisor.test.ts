@@ -10,18 +10,16 @@ import readline from 'node:readline'
 import t from 'tap'
 import { testDatabase } from '../helpers/db.ts'
 import { call, eventually } from '../helpers/http.ts'
-import { freePort, freePorts, ROOT, running, TS_LOADER } from '../helpers/procs.ts'
+import { fleetPorts, ROOT, running, TS_LOADER } from '../helpers/procs.ts'
 import { DIST_DIR } from '../setup/state.ts'
 
 const db = await testDatabase(t)
 const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'wt-sup-'))
 t.teardown(() => fs.rmSync(dataDir, { recursive: true, force: true }))
-const single = { GATEWAY_PORT: await freePort(), TAX_SANDBOX_PORT: await freePort(), CARD_AUTH_PORT: await freePort(), FRAUD_PORT: await freePort(), TAX_PORT: await freePort(), DECK_PORT: await freePort() }
-// Two workers: WORKER_PORT and the next one.
-const ports = { ...single, WORKER_PORT: await freePorts(2, Object.values(single)) }
+const { ports, env: portEnv } = await fleetPorts()
 const sup = spawn(process.execPath, [...TS_LOADER, 'services/supervisor/main.ts'], {
   cwd: ROOT,
-  env: { ...process.env, ...db.env, DATABASE_URL: db.superUrl, DATA_DIR: dataDir, FLEET_DIST: DIST_DIR, FLEET_PREBUILT: 'true', FLEET_NODE_ARGS_TAX: '--max-old-space-size=200', ...Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])) },
+  env: { ...process.env, ...db.env, DATABASE_URL: db.superUrl, DATA_DIR: dataDir, FLEET_DIST: DIST_DIR, FLEET_PREBUILT: 'true', FLEET_NODE_ARGS_TAX: '--max-old-space-size=200', ...portEnv },
   stdio: ['ignore', 'pipe', 'pipe'],
 })
 const lines: string[] = []
