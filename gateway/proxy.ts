@@ -160,6 +160,12 @@ async function proxy (req: FastifyRequest, reply: FastifyReply, spec: RouteSpec,
       const v = res.headers[k]
       if (v !== undefined && !DROP_RESPONSE.has(k)) reply.header(k, v)
     }
+    // A lane that timed its answer (a shed one: admission's Server-Timing) gets the
+    // gateway's own time beside it, from the request's arrival here to its answer
+    // ready to send, so a slow shed answer can be placed: in the lane, in the
+    // gateway and the hop, or beyond it. Only those answers: none on the card path.
+    const timing = res.headers['server-timing']
+    if (typeof timing === 'string') reply.header('server-timing', `${timing}, gateway;dur=${reply.elapsedTime.toFixed(3)}`)
     return reply.code(res.status).send(res.body)
   } catch (err) {
     if (gone) return reply.hijack()

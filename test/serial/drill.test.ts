@@ -72,6 +72,7 @@ t.test('npm run drill (short): the functional criteria pass and the report is co
   t.ok(r.tax.answers['compensated:saturated'] > 0, 'shed tax requests were answered from the certified table')
   const dm = r.tax.shedAnswerMs
   t.ok(dm.count > 100 && dm.count === r.tax.shed, `every one of the ${dm.count} shed answers was timed as the client saw it (p99 ${dm.p99} ms, max ${dm.max} ms; in the lane: decided p99 ${dm.laneDecision.p99} ms, answered p99 ${dm.laneAnswer.p99} ms)`)
+  t.equal(dm.gateway?.count, dm.count, `and each in the gateway too (p99 ${dm.gateway?.p99} ms)`)
   // The drill waits for every lane to be NORMAL before the baseline (a cold CI host
   // once saturated tax during the warm-up), so tax's first move is the fault's.
   t.ok(r.phases.settledMs >= 0, `every lane NORMAL ${r.phases.settledMs} ms after the warm-up`)

@@ -77,6 +77,11 @@ t.test('tax provider at SLOW_MS, tax flooded: card-auth unharmed, tax compensate
   const inproc = shed.map(r => Number(/inproc;dur=([\d.]+)/.exec(r.headers['server-timing']!)![1]))
   t.comment(`admission decision for a shed request: p50 ${percentile(decided, 50).toFixed(3)} ms, max ${Math.max(...decided).toFixed(3)} ms; time in the lane process until then: p50 ${percentile(inproc, 50).toFixed(2)} ms, p99 ${percentile(inproc, 99).toFixed(2)} ms`)
   assertShedOnArrival(t, shed, 'shed tax requests')
+  // Through the gateway each shed answer carries the gateway's time too, and the
+  // lane's whole answer lies within it (both are durations of one clock).
+  const dur = (r: Res, name: string): number => Number(new RegExp(`${name};dur=([\\d.]+)`).exec(r.headers['server-timing']!)?.[1] ?? NaN)
+  const outside = shed.filter(r => !(dur(r, 'gateway') + 0.001 >= dur(r, 'answer')))
+  t.same(outside.map(r => r.headers['server-timing']), [], 'every shed answer timed by the gateway too, its time no less than the lane\'s')
   const [{ n }] = await db.query<{ n: number }>("select count(*)::int as n from jobs.jobs_hot where queue = 'tax-reconcile'") as [{ n: number }]
   t.equal(n, comp.length, 'every compensated quote waits for reconciliation')
 })

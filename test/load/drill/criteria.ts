@@ -6,13 +6,15 @@ export interface Latency { count: number, p50Ms: number, p99Ms: number, maxMs: n
 /**
  * Shed tax requests: how many, how many answered in under the limit as the
  * client saw them (scheduled send to answer), percentiles of that, and beside
- * it the lane's own decision time (Server-Timing admit) and its whole answer
- * (Server-Timing answer: arrival in the lane to the committed compensation).
+ * it the lane's own decision time (Server-Timing admit), its whole answer
+ * (Server-Timing answer: arrival in the lane to the committed compensation) and,
+ * where the gateway timed it (Server-Timing gateway), the answer in the gateway.
  */
 export interface Decided {
   count: number, under5: number, p50Ms: number, p99Ms: number, maxMs: number
   lane: { p50Ms: number, p99Ms: number, maxMs: number }
   laneAnswer: { p50Ms: number, p99Ms: number, maxMs: number }
+  gateway?: { p50Ms: number, p99Ms: number, maxMs: number }
 }
 
 export interface DrillFigures {
@@ -52,10 +54,11 @@ export function evaluate (f: DrillFigures, th: Thresholds = SPEC_THRESHOLDS): Cr
   add('no-errors', 'answers other than success or a designed rejection (429, tax shed)', '0',
     `card ${f.card.errors}, tax ${f.tax.errors}, retrying client ${f.storm.errors}`, f.card.errors + f.tax.errors + f.storm.errors === 0)
   const d = f.tax.decided
-  add('shed-decision', 'each shed tax request answered, as the client sees it (the lane\'s own decision and answer times beside it)', `< ${th.decideMs} ms, every one`,
+  add('shed-decision', 'each shed tax request answered, as the client sees it (the lane\'s own decision and answer times, and the gateway\'s, beside it)', `< ${th.decideMs} ms, every one`,
     `p50 ${ms(d.p50Ms)}, p99 ${ms(d.p99Ms)}, max ${ms(d.maxMs)}; ${d.count - d.under5} of ${d.count} at or over ${th.decideMs} ms` +
     ` (in the lane: decided p50 ${ms(d.lane.p50Ms)}, p99 ${ms(d.lane.p99Ms)}, max ${ms(d.lane.maxMs)};` +
-    ` answered p50 ${ms(d.laneAnswer.p50Ms)}, p99 ${ms(d.laneAnswer.p99Ms)}, max ${ms(d.laneAnswer.maxMs)})`,
+    ` answered p50 ${ms(d.laneAnswer.p50Ms)}, p99 ${ms(d.laneAnswer.p99Ms)}, max ${ms(d.laneAnswer.maxMs)}` +
+    (d.gateway ? `; in the gateway p50 ${ms(d.gateway.p50Ms)}, p99 ${ms(d.gateway.p99Ms)}, max ${ms(d.gateway.maxMs)})` : ')'),
     d.count > 0 && d.under5 === d.count)
   add('tax-recovery', 'tax active permits < 5 after the fault ends', `< ${th.recoveryMs} ms`,
     f.taxRecoveryMs === null ? 'never seen' : ms(f.taxRecoveryMs), f.taxRecoveryMs !== null && f.taxRecoveryMs < th.recoveryMs)

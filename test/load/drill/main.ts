@@ -275,7 +275,7 @@ async function main (): Promise<number> {
     // answer as the client sees it, from its scheduled send to its answer (through
     // the gateway); the lane's own decision (Server-Timing admit) and its whole
     // answer, the commit included (Server-Timing answer), beside it.
-    const shedClient = newHistogram(); const shedLane = newHistogram(); const shedAnswer = newHistogram()
+    const shedClient = newHistogram(); const shedLane = newHistogram(); const shedAnswer = newHistogram(); const shedGateway = newHistogram()
     let shedCount = 0; let shedUnder = 0
     const taxCodes: Record<string, number> = {}
     let taxErrors = 0; let taxShed = 0
@@ -290,6 +290,8 @@ async function main (): Promise<number> {
       const answered = /answer;dur=([\d.]+)/.exec(timing)
       if (admit) shedLane.recordValue(Math.max(1, Math.round(Number(admit[1]) * 1000)))
       if (answered) shedAnswer.recordValue(Math.max(1, Math.round(Number(answered[1]) * 1000)))
+      const gateway = /gateway;dur=([\d.]+)/.exec(timing)
+      if (gateway) shedGateway.recordValue(Math.max(1, Math.round(Number(gateway[1]) * 1000)))
       taxInfo.set(i, { shed, compensated, code: json.code })
       return r.statusCode
     }
@@ -447,10 +449,10 @@ async function main (): Promise<number> {
     }
     const storms = { clients: P.stormClients, sent: stormSec.reduce((x, s) => x + s.sent, 0), blocked: stormSec.reduce((x, s) => x + s.blocked, 0), codes: stormCodes, reachedPerKey, errors: stormErrors }
     const allowedPerKey = 4
-    const d = q(shedClient); const dl = q(shedLane); const da = q(shedAnswer)
+    const d = q(shedClient); const dl = q(shedLane); const da = q(shedAnswer); const dg = q(shedGateway)
     const figures: DrillFigures = {
       card: { fault: q(cardH.fault), errors: cardErrors },
-      tax: { shed: taxShed, decided: { count: shedCount, under5: shedUnder, p50Ms: d.p50Ms, p99Ms: d.p99Ms, maxMs: d.maxMs, lane: { p50Ms: dl.p50Ms, p99Ms: dl.p99Ms, maxMs: dl.maxMs }, laneAnswer: { p50Ms: da.p50Ms, p99Ms: da.p99Ms, maxMs: da.maxMs } }, errors: taxErrors, saturatedSeen },
+      tax: { shed: taxShed, decided: { count: shedCount, under5: shedUnder, p50Ms: d.p50Ms, p99Ms: d.p99Ms, maxMs: d.maxMs, lane: { p50Ms: dl.p50Ms, p99Ms: dl.p99Ms, maxMs: dl.maxMs }, laneAnswer: { p50Ms: da.p50Ms, p99Ms: da.p99Ms, maxMs: da.maxMs }, ...(dg.count ? { gateway: { p50Ms: dg.p50Ms, p99Ms: dg.p99Ms, maxMs: dg.maxMs } } : {}) }, errors: taxErrors, saturatedSeen },
       storm: { errors: stormErrors, maxReachedPerKey: Math.max(0, ...reachedPerKey), allowedPerKey },
       taxRecoveryMs,
       ledger: { acknowledged: acknowledged.size, lost, doubled, phantom },
@@ -487,7 +489,7 @@ async function main (): Promise<number> {
       fault: { name: faultName, what: faultText, latencyMs: P.faultLatencyMs, normalLatencyMs: P.normalLatencyMs, seconds: F },
       phases, pass, criteria,
       card: { baseline: q(cardH.baseline), fault: q(cardH.fault), recovery: q(cardH.recovery), answers: { 201: acknowledged.size, ...cardCodes } },
-      tax: { answers: taxCodes, shed: taxShed, shedAnswerMs: { count: shedCount, over5: shedCount - shedUnder, p50: d.p50Ms, p99: d.p99Ms, max: d.maxMs, laneDecision: { p50: dl.p50Ms, p99: dl.p99Ms, max: dl.maxMs }, laneAnswer: { p50: da.p50Ms, p99: da.p99Ms, max: da.maxMs } }, recoveryMs: taxRecoveryMs, stateTransitions: transitions.filter(x => x.lane === 'tax') },
+      tax: { answers: taxCodes, shed: taxShed, shedAnswerMs: { count: shedCount, over5: shedCount - shedUnder, p50: d.p50Ms, p99: d.p99Ms, max: d.maxMs, laneDecision: { p50: dl.p50Ms, p99: dl.p99Ms, max: dl.maxMs }, laneAnswer: { p50: da.p50Ms, p99: da.p99Ms, max: da.maxMs }, gateway: dg.count ? { count: dg.count, p50: dg.p50Ms, p99: dg.p99Ms, max: dg.maxMs } : null }, recoveryMs: taxRecoveryMs, stateTransitions: transitions.filter(x => x.lane === 'tax') },
       otherLaneTransitions: transitions.filter(x => x.lane !== 'tax'),
       deckSawDown: { samples: samples.length, reasons: downReasons },
       retryingClient: { ...storms, allowedPerKey },
