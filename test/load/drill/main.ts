@@ -373,7 +373,8 @@ async function main (): Promise<number> {
     // Its samples are whole timer intervals: the delay is what came beyond the timer's own 5 ms.
     const loopMs = (ns: number): number => Math.max(0, Math.round((ns / 1e6 - LOOP_TIMER_MS) * 100) / 100)
     const generatorDelay = { p50Ms: loopMs(generatorLoop.percentile(50)), p99Ms: loopMs(generatorLoop.percentile(99)), maxMs: loopMs(generatorLoop.max) }
-    console.log(`  load done at ${at().toFixed(1)} s (card sent ${cardRun.sentRate.toFixed(0)}/s, worst send lag ${cardRun.maxSendLagMs.toFixed(1)} ms; tax sent ${taxRun.sentRate.toFixed(0)}/s;` +
+    console.log(`  load done at ${at().toFixed(1)} s (card sent ${cardRun.sentRate.toFixed(0)}/s, send lag p50 ${cardRun.sendLag.p50Ms} ms, p99 ${cardRun.sendLag.p99Ms} ms, max ${cardRun.maxSendLagMs.toFixed(1)} ms;` +
+      ` tax sent ${taxRun.sentRate.toFixed(0)}/s, send lag p50 ${taxRun.sendLag.p50Ms} ms, p99 ${taxRun.sendLag.p99Ms} ms, max ${taxRun.maxSendLagMs.toFixed(1)} ms;` +
       ` the generator's event-loop delay p50 ${generatorDelay.p50Ms} ms, p99 ${generatorDelay.p99Ms} ms, max ${generatorDelay.maxMs} ms)`)
 
     // ---- after: recovery, ledger, connections -----------------------------------
@@ -485,7 +486,7 @@ async function main (): Promise<number> {
     }
     const report = {
       drill: 'MC-RT-01', runId, command, date: new Date(wall0).toISOString(), commit, machine, placement,
-      load: { tool: 'test/load/open-loop.ts: open loop on undici, one scheduler per stream, latency from the scheduled send time into HDR histograms (hdr-histogram-js)', card: { rate: P.cardRate, sentRate: cardRun.sentRate, maxSendLagMs: cardRun.maxSendLagMs, scheduled: cardRun.scheduled }, tax: { rate: P.taxRate, sentRate: taxRun.sentRate, maxSendLagMs: taxRun.maxSendLagMs, scheduled: taxRun.scheduled }, retryingClient: { clients: P.stormClients, intervalMs: P.stormIntervalMs }, generatorEventLoopDelay: generatorDelay },
+      load: { tool: 'test/load/open-loop.ts: open loop on undici, one scheduler per stream, latency from the scheduled send time into HDR histograms (hdr-histogram-js)', card: { rate: P.cardRate, sentRate: cardRun.sentRate, maxSendLagMs: cardRun.maxSendLagMs, sendLag: cardRun.sendLag, scheduled: cardRun.scheduled }, tax: { rate: P.taxRate, sentRate: taxRun.sentRate, maxSendLagMs: taxRun.maxSendLagMs, sendLag: taxRun.sendLag, scheduled: taxRun.scheduled }, retryingClient: { clients: P.stormClients, intervalMs: P.stormIntervalMs }, generatorEventLoopDelay: generatorDelay },
       fault: { name: faultName, what: faultText, latencyMs: P.faultLatencyMs, normalLatencyMs: P.normalLatencyMs, seconds: F },
       phases, pass, criteria,
       card: { baseline: q(cardH.baseline), fault: q(cardH.fault), recovery: q(cardH.recovery), answers: { 201: acknowledged.size, ...cardCodes } },
