@@ -38,6 +38,11 @@ export async function eventually<T> (fn: () => Promise<T>, timeoutMs = 10_000, e
   return last
 }
 
+/** A duration in an answer's Server-Timing (`admit`, `inproc`, `answer` from the lane; `gateway`), ms; NaN when absent. */
+export function timing (r: Res, name: string): number {
+  return Number(new RegExp(`(?:^|, )${name};(?:[^,]*;)?dur=([\\d.]+)`).exec(r.headers['server-timing'] ?? '')?.[1] ?? NaN)
+}
+
 /** The admission decision a lane reported in Server-Timing (`admit;desc="<reason>"`), or undefined. */
 export function admitReason (r: Res): string | undefined {
   return /admit;desc="([a-z_]+)"/.exec(r.headers['server-timing'] ?? '')?.[1]

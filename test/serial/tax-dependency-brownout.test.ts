@@ -17,7 +17,7 @@ import { DEFAULT_TABLE_FILE } from '../../services/tax/compensation/table.ts'
 import { laneLimits } from '../../shared/lanes.ts'
 import { testDatabase } from '../helpers/db.ts'
 import { startFleet } from '../helpers/fleet.ts'
-import { assertShedOnArrival, call, eventually, percentile, sleep, type Res } from '../helpers/http.ts'
+import { assertShedOnArrival, call, eventually, percentile, sleep, timing, type Res } from '../helpers/http.ts'
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wt-brownout-'))
 t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
@@ -73,14 +73,13 @@ t.test('tax provider at SLOW_MS, tax flooded: card-auth unharmed, tax compensate
   t.ok(taxes.filter(r => r.status === 503).every(r => r.headers['retry-after'] === '5'), 'refusals carry Retry-After: 5')
   t.ok(comp.every(r => r.body.rate > 0 && r.body.tableVersion), 'compensation uses certified, non-zero rates')
   t.ok(shed.length >= 300 - 3 * permits, `most requests found the permits gone (${shed.length})`)
-  const decided = shed.map(r => Number(/admit;[^,]*dur=([\d.]+)/.exec(r.headers['server-timing']!)![1]))
-  const inproc = shed.map(r => Number(/inproc;dur=([\d.]+)/.exec(r.headers['server-timing']!)![1]))
+  const decided = shed.map(r => timing(r, 'admit'))
+  const inproc = shed.map(r => timing(r, 'inproc'))
   t.comment(`admission decision for a shed request: p50 ${percentile(decided, 50).toFixed(3)} ms, max ${Math.max(...decided).toFixed(3)} ms; time in the lane process until then: p50 ${percentile(inproc, 50).toFixed(2)} ms, p99 ${percentile(inproc, 99).toFixed(2)} ms`)
   assertShedOnArrival(t, shed, 'shed tax requests')
   // Through the gateway each shed answer carries the gateway's time too, and the
   // lane's whole answer lies within it (both are durations of one clock).
-  const dur = (r: Res, name: string): number => Number(new RegExp(`${name};dur=([\\d.]+)`).exec(r.headers['server-timing']!)?.[1] ?? NaN)
-  const outside = shed.filter(r => !(dur(r, 'gateway') + 0.001 >= dur(r, 'answer')))
+  const outside = shed.filter(r => !(timing(r, 'gateway') + 0.001 >= timing(r, 'answer')))
   t.same(outside.map(r => r.headers['server-timing']), [], 'every shed answer timed by the gateway too, its time no less than the lane\'s')
   const [{ n }] = await db.query<{ n: number }>("select count(*)::int as n from jobs.jobs_hot where queue = 'tax-reconcile'") as [{ n: number }]
   t.equal(n, comp.length, 'every compensated quote waits for reconciliation')

@@ -273,8 +273,9 @@ async function main (): Promise<number> {
     const taxInfo = new Map<number, { shed: boolean, compensated: string | null, code?: string }>()
     // MC-RT-01's "time to shed tax load (< 5 ms per rejected request)": each shed
     // answer as the client sees it, from its scheduled send to its answer (through
-    // the gateway); the lane's own decision (Server-Timing admit) and its whole
-    // answer, the commit included (Server-Timing answer), beside it.
+    // the gateway); the lane's own decision (Server-Timing admit), its whole
+    // answer, the commit included (Server-Timing answer), and the gateway's
+    // (Server-Timing gateway: arrival there to the answer ready) beside it.
     const shedClient = newHistogram(); const shedLane = newHistogram(); const shedAnswer = newHistogram(); const shedGateway = newHistogram()
     let shedCount = 0; let shedUnder = 0
     const taxCodes: Record<string, number> = {}
