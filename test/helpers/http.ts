@@ -1,5 +1,6 @@
 // A small HTTP client for tests on undici: JSON in, status/headers/JSON out.
 import { Agent, request } from 'undici'
+import { serverTiming } from '../load/run-info.ts'
 
 export const agent = new Agent({ connections: 512, pipelining: 1 })
 
@@ -40,7 +41,7 @@ export async function eventually<T> (fn: () => Promise<T>, timeoutMs = 10_000, e
 
 /** A duration in an answer's Server-Timing (`admit`, `inproc`, `answer` from the lane; `gateway`), ms; NaN when absent. */
 export function timing (r: Res, name: string): number {
-  return Number(new RegExp(`(?:^|, )${name};(?:[^,]*;)?dur=([\\d.]+)`).exec(r.headers['server-timing'] ?? '')?.[1] ?? NaN)
+  return serverTiming(r.headers['server-timing'], name) ?? NaN
 }
 
 /** The admission decision a lane reported in Server-Timing (`admit;desc="<reason>"`), or undefined. */

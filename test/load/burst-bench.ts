@@ -12,7 +12,7 @@
 import crypto from 'node:crypto'
 import { Pool } from 'undici'
 import { startLocalFleet } from './local-fleet.ts'
-import { gatewayPost, gitCommit, machine, numberFlag, parseFlags } from './run-info.ts'
+import { gatewayPost, gitCommit, machine, numberFlag, parseFlags, serverTiming } from './run-info.ts'
 
 const { values: a } = parseFlags({ options: {
   'tax-burst': { type: 'string', default: '60' },
@@ -30,10 +30,6 @@ const limitMs = numberFlag(a, 'limit-ms', 0, 10_000)
 const argv = process.argv.slice(2).join(' ')
 const command = `npm run bench:burst${argv ? ' -- ' + argv : ''}`
 
-const serverTiming = (h: unknown, name: string): number | null => {
-  const m = new RegExp(`${name};[^,]*dur=([\\d.]+)`).exec(String(h ?? ''))
-  return m ? Number(m[1]) : null
-}
 const pct = (xs: number[], p: number): number => { const s = [...xs].sort((x, y) => x - y); return s.length ? s[Math.min(s.length - 1, Math.ceil(p * s.length) - 1)]! : NaN }
 const f = (x: number): string => Number.isFinite(x) ? x.toFixed(2) : '–'
 

@@ -8,6 +8,12 @@ import type { Pool } from 'undici'
 
 export const sleep = (ms: number): Promise<void> => new Promise(r => setTimeout(r, ms))
 
+/** A duration (ms) in a Server-Timing header: the lane's `admit`, `inproc`, `answer`, the gateway's `gateway`; null when absent. */
+export function serverTiming (header: unknown, name: string): number | null {
+  const m = new RegExp(`(?:^|, )${name};(?:[^,]*;)?dur=([\\d.]+)`).exec(String(header ?? ''))
+  return m ? Number(m[1]) : null
+}
+
 /** The command line's flags; an unknown flag or a missing value prints what is wrong (and `usage`) and exits 2, with no stack trace. */
 export function parseFlags<const T extends ParseArgsConfig> (config: T, usage = ''): ReturnType<typeof parseArgs<T>> {
   try {

@@ -37,7 +37,7 @@ import { loadCardToken, seedLoadCards } from '../../../services/card-auth/seed.t
 import { DECK_ROLE, JOBS_ROLE, LANE_DEFAULTS, LANE_NAMES } from '../../../shared/lanes.ts'
 import { newHistogram, runOpenLoop, summary } from '../open-loop.ts'
 import { pinSelf, startLocalFleet, type LocalFleet } from '../local-fleet.ts'
-import { gatewayPost, gitCommit, machine as machineLine, numberFlag, parseFlags, sleep } from '../run-info.ts'
+import { gatewayPost, gitCommit, machine as machineLine, numberFlag, parseFlags, serverTiming, sleep } from '../run-info.ts'
 import { evaluate, SPEC_THRESHOLDS, type Criterion, type DrillFigures } from './criteria.ts'
 import { compilePreload, FaultSwitch, taxNodeArgs } from '../faults/control.ts'
 import { describeFault, FAULTS, type FaultName } from '../faults/spec.ts'
@@ -286,13 +286,12 @@ async function main (): Promise<number> {
       const json = await r.body.json().catch(() => ({})) as { code?: string }
       const compensated = (r.headers['x-tax-compensation'] as string | undefined) ?? null
       const shed = isShed(r.statusCode, compensated, json.code)
-      const timing = shed ? String(r.headers['server-timing'] ?? '') : ''
-      const admit = /admit;[^,]*dur=([\d.]+)/.exec(timing)
-      const answered = /answer;dur=([\d.]+)/.exec(timing)
-      if (admit) shedLane.recordValue(Math.max(1, Math.round(Number(admit[1]) * 1000)))
-      if (answered) shedAnswer.recordValue(Math.max(1, Math.round(Number(answered[1]) * 1000)))
-      const gateway = /gateway;dur=([\d.]+)/.exec(timing)
-      if (gateway) shedGateway.recordValue(Math.max(1, Math.round(Number(gateway[1]) * 1000)))
+      if (shed) {
+        for (const [name, h] of [['admit', shedLane], ['answer', shedAnswer], ['gateway', shedGateway]] as const) {
+          const ms = serverTiming(r.headers['server-timing'], name)
+          if (ms !== null) h.recordValue(Math.max(1, Math.round(ms * 1000)))
+        }
+      }
       taxInfo.set(i, { shed, compensated, code: json.code })
       return r.statusCode
     }
