@@ -2,7 +2,8 @@
 // deck and the tax sandbox, each a real process with its heap limit set to 1
 // byte by env (so it is always "under pressure"), shed their normal routes
 // with 503 ERR_LANE_OVERLOADED, Retry-After and the RateLimit fields, while
-// their liveness and metrics still answer and readiness says why it fails.
+// their liveness and metrics still answer and readiness says why it fails; the
+// deck refuses a caller without its token with 401 all the same.
 import t, { type Test } from 'tap'
 import { testDatabase } from './helpers/db.ts'
 import { startDeck } from './helpers/deck.ts'
@@ -54,5 +55,10 @@ t.test('tax sandbox', async t => {
 t.test('deck', async t => {
   checkShed(t, await shed(() => deck.admin('GET', '/admin/lanes')), 'deck')
   checkShed(t, await shed(() => call(deck.url + '/')), 'deck')
+  // The token is checked before the pressure: a caller without it, while the deck
+  // sheds, is refused as it always is and learns nothing of the deck's state.
+  const anonymous = await call(deck.url + '/admin/lanes')
+  t.equal(anonymous.status, 401, 'without the token: 401 while the deck sheds, not 503')
+  t.equal(anonymous.body.code, 'ERR_UNAUTHENTICATED')
   await checkOpsAnswer(t, deck.url)
 })

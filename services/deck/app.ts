@@ -39,11 +39,14 @@ export function buildDeckApp (o: DeckOptions) {
   const requireAdmin = adminGuard(o.adminToken)
   const http = createHttpAgent({ connections: 2, timeoutMs: 2_000 })
   app.addHook('onClose', async () => { await http.close() })
+  // The token first: a caller without it gets 401 whatever the deck's state, also
+  // while it sheds under pressure (its onRequest hook runs before under-pressure's),
+  // and learns nothing of that state.
+  app.register(denyByDefault, { requireAdmin })
   // Its database is checked and reported (/health/ready) but does not shed the
   // deck: /admin/lanes and the page need no database, and an operator must still
   // see the fleet while PostgreSQL is down.
   app.register(healthCheck, { name: 'deck', limits: o.pressure ?? DEFAULT_PRESSURE_LIMITS, db: { pool: o.pool, shed: false } })
-  app.register(denyByDefault, { requireAdmin })
   registerPage(app)
   // Open without the token, besides the page: /health/live and /health/ready for
   // the kubelet's probes (deploy/k8s/deck.yaml: plain httpGet, no header) and

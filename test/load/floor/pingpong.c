@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < n; i++) {
     double at = start + i * interval, wait = at - now_ms();
     if (wait > 0) { struct timespec ts = { (time_t)(wait / 1e3), (long)((wait - (time_t)(wait / 1e3) * 1e3) * 1e6) }; nanosleep(&ts, NULL); }
-    int l = snprintf(req, sizeof req, "POST /q HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nIdempotency-Key: floor-%d\r\nContent-Length: %zu\r\n\r\n%s", i, strlen(body), body);
+    int l = snprintf(req, sizeof req, "POST /q HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nIdempotency-Key: floor-%d-%d\r\nContent-Length: %zu\r\n\r\n%s", (int)getpid(), i, strlen(body), body);
     int m;
     if (write(s, req, l) != l || (m = read_message(s, buf, sizeof buf, &have)) < 0) { perror("pingpong: request"); if (server > 0) kill(server, SIGKILL); return 1; }
     memmove(buf, buf + m, have - m); have -= m;
