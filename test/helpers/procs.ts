@@ -7,7 +7,7 @@ import net from 'node:net'
 import path from 'node:path'
 import readline from 'node:readline'
 import type { Test } from 'tap'
-import { DIST_DIR } from '../setup/state.ts'
+import { DIST_DIR, RUN_ID } from '../setup/state.ts'
 
 export const ROOT = path.resolve(import.meta.dirname, '../..')
 
@@ -122,7 +122,39 @@ const listenOn = (port: number): Promise<net.Server | undefined> => new Promise(
 })
 const close = (s: net.Server): Promise<void> => new Promise(resolve => s.close(() => resolve()))
 
+// A port a test hands to a process it starts is chosen below the kernel's range
+// for the local ports of outgoing connections (net.ipv4.ip_local_port_range): a
+// port from that range, free when chosen, can be taken by any connection before
+// the process listens on it (a CI run lost a supervisor fleet that way: its tax
+// worker found its port held by a connection and failed for 90 s). Each port is
+// also reserved for the run (a file in the run's directory, created exclusively),
+// so test files running side by side never choose the same one.
+const PORTS_FROM = 10_000
+const RESERVED_DIR = path.resolve(`.data/test-run-${RUN_ID}/ports`)
+
+function localPortRangeStart (): number {
+  try { return Number(fs.readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]) || 32_768 } catch { return 32_768 }
+}
+
+/** Claims `port` for this run; false when a test of the run already has it. */
+function reserve (port: number): boolean {
+  fs.mkdirSync(RESERVED_DIR, { recursive: true })
+  try { fs.writeFileSync(path.join(RESERVED_DIR, String(port)), '', { flag: 'wx' }); return true } catch { return false }
+}
+
 export async function freePort (): Promise<number> {
+  const below = localPortRangeStart()
+  if (below - PORTS_FROM >= 1_000) {
+    for (let attempt = 0; attempt < 200; attempt++) {
+      const port = PORTS_FROM + Math.floor(Math.random() * (below - PORTS_FROM))
+      if (!reserve(port)) continue
+      const s = await listenOn(port)
+      if (!s) continue
+      await close(s)
+      return port
+    }
+  }
+  // No room below the range (a tuned host): any free port, as the kernel picks it.
   const s = await listenOn(0)
   if (!s) throw new Error('no free port on 127.0.0.1')
   const p = (s.address() as net.AddressInfo).port
@@ -141,6 +173,7 @@ export async function freePorts (n: number, avoid: Iterable<number> = []): Promi
   for (let attempt = 0; attempt < 50; attempt++) {
     const first = await freePort()
     if (first + n - 1 > 65_535 || Array.from({ length: n }, (_v, i) => first + i).some(p => taken.has(p))) continue
+    if (!Array.from({ length: n - 1 }, (_v, i) => first + 1 + i).every(reserve)) continue
     const held = await Promise.all(Array.from({ length: n }, (_v, i) => listenOn(first + i)))
     await Promise.all(held.map(s => s && close(s)))
     if (held.every(Boolean)) return first
