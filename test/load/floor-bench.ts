@@ -53,7 +53,8 @@ function cClient (name: string, rate: number, port?: number): Row | null {
   try {
     if (!fs.existsSync(bin)) execFileSync('cc', ['-O2', '-o', bin, path.join(here, 'floor', 'pingpong.c')], { stdio: 'ignore' })
   } catch { return null }
-  const r = JSON.parse(execFileSync(bin, [String(rate), String(seconds), ...(port ? [String(port)] : [])], { encoding: 'utf8' })) as { count: number, p50: number, p99: number, max: number, over5: number }
+  const r = JSON.parse(execFileSync(bin, [String(rate), String(seconds), ...(port ? [String(port)] : [])], { encoding: 'utf8' })) as { count: number, p50: number, p99: number, max: number, over5: number, errors: number }
+  if (r.errors > 0) throw new Error(`${name}: ${r.errors} answers other than 200`)
   return { path: name, rate, count: r.count, p50: r.p50, p99: r.p99, max: r.max, over: r.over5 }
 }
 

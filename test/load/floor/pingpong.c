@@ -4,7 +4,7 @@
  * TCP connection to a C server (a forked child) that answers at once.
  * Usage: pingpong <rate per s> <seconds> [port]: with a port, to the server
  * already listening there on 127.0.0.1 instead. Prints one JSON line:
- * {"count":N,"p50":ms,"p99":ms,"max":ms,"over5":N}. */
+ * {"count":N,"p50":ms,"p99":ms,"max":ms,"over5":N,"errors":N} (errors: answers other than 200). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
@@ -64,20 +64,22 @@ int main(int argc, char **argv) {
   const char *body = "{\"jurisdiction\":\"DE\",\"amount\":{\"value\":10000,\"currency\":\"EUR\"}}";
   double *lat = malloc(sizeof(double) * n), start = now_ms() + 50, interval = 1000.0 / rate;
   char req[512];
+  int errors = 0;
   for (int i = 0; i < n; i++) {
     double at = start + i * interval, wait = at - now_ms();
     if (wait > 0) { struct timespec ts = { (time_t)(wait / 1e3), (long)((wait - (time_t)(wait / 1e3) * 1e3) * 1e6) }; nanosleep(&ts, NULL); }
     int l = snprintf(req, sizeof req, "POST /q HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nIdempotency-Key: floor-%d-%d\r\nContent-Length: %zu\r\n\r\n%s", (int)getpid(), i, strlen(body), body);
     int m;
     if (write(s, req, l) != l || (m = read_message(s, buf, sizeof buf, &have)) < 0) { perror("pingpong: request"); if (server > 0) kill(server, SIGKILL); return 1; }
-    memmove(buf, buf + m, have - m); have -= m;
     lat[i] = now_ms() - at;
+    if (strncmp(buf, "HTTP/1.1 200 ", 13) != 0) errors++;
+    memmove(buf, buf + m, have - m); have -= m;
   }
   close(s);
   if (server > 0) waitpid(server, NULL, 0);
   qsort(lat, n, sizeof(double), by_value);
   int over5 = 0;
   for (int i = 0; i < n; i++) over5 += lat[i] >= 5;
-  printf("{\"count\":%d,\"p50\":%.3f,\"p99\":%.3f,\"max\":%.3f,\"over5\":%d}\n", n, lat[(n - 1) / 2], lat[(int)((n - 1) * 0.99)], lat[n - 1], over5);
+  printf("{\"count\":%d,\"p50\":%.3f,\"p99\":%.3f,\"max\":%.3f,\"over5\":%d,\"errors\":%d}\n", n, lat[(n - 1) / 2], lat[(int)((n - 1) * 0.99)], lat[n - 1], over5, errors);
   return 0;
 }
