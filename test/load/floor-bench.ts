@@ -25,7 +25,7 @@ import { fileURLToPath } from 'node:url'
 import pg from 'pg'
 import { Pool } from 'undici'
 import { bootstrapDatabase, localSecrets } from '../../shared/db/bootstrap.ts'
-import { runOpenLoop, summary } from './open-loop.ts'
+import { newHistogram, runOpenLoop, summary } from './open-loop.ts'
 import { gitCommit, machine, numberFlag, parseFlags, serverTiming } from './run-info.ts'
 
 const usage = 'npm run bench:floor -- [--rates 30,150] [--seconds 15] [--burst 45] [--rounds 5]'
@@ -122,13 +122,13 @@ try {
       if (r.statusCode !== 200) throw new Error(`burst: answered ${r.statusCode}`)
       return { lane: serverTiming(r.headers['server-timing'], 'upstream') ?? NaN, client: performance.now() - t0 }
     }
-    const at = (xs: number[], p: number): number => xs[Math.min(xs.length - 1, Math.ceil(p * xs.length) - 1)]!
+    // The same histograms and percentiles as the paced rows (open-loop.ts).
+    const ms = (xs: number[]) => { const h = newHistogram(); for (const x of xs) h.recordValue(Math.max(1, Math.round(x * 1000))); return summary(h) }
     for (let r = -3; r < rounds; r++) {
       const shots = await Promise.all(Array.from({ length: burst }, (_, i) => shoot(`${process.pid}-burst-${r}-${i}`)))
       if (r < 0) continue // warm-up: connections opened, code optimized
-      const lane = shots.map(s => s.lane).sort((x, y) => x - y)
-      const client = shots.map(s => s.client).sort((x, y) => x - y)
-      bursts.push(`| ${r + 1} | ${at(lane, 0.5).toFixed(2)} / ${lane.at(-1)!.toFixed(2)} | ${at(client, 0.5).toFixed(2)} / ${client.at(-1)!.toFixed(2)} | ${lane.filter(x => !(x < LIMIT_MS)).length} of ${burst} |`)
+      const lane = ms(shots.map(s => s.lane)); const client = ms(shots.map(s => s.client))
+      bursts.push(`| ${r + 1} | ${lane.p50Ms.toFixed(2)} / ${lane.maxMs.toFixed(2)} | ${client.p50Ms.toFixed(2)} / ${client.maxMs.toFixed(2)} | ${shots.filter(s => !(s.lane < LIMIT_MS)).length} of ${burst} |`)
       await new Promise(resolve => setTimeout(resolve, 200))
     }
   } finally { await pool.close() }
