@@ -75,7 +75,7 @@ export async function buildApp (cfg: GatewayConfig) {
   }
 
   const ops = { schema: { hide: true }, config: { pressureHandler: () => undefined } }
-  registerProcessOps(app, { registry, routeOptions: ops })
+  registerProcessOps(app, { registry, routeOptions: ops, notReady: () => cfg.keys.problem() })
   app.get('/openapi.json', ops, async () => app.swagger())
 
   app.addHook('onResponse', (req, reply, done) => {

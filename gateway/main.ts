@@ -10,7 +10,8 @@ import { RETRY_GUARD_DEFAULTS } from './retry-guard.ts'
 const cfg = loadConfig(GATEWAY_ENV, process.env)
 
 const limits = Object.fromEntries(LANE_NAMES.map(n => [n, laneLimits(n)])) as Record<LaneName, LaneLimits>
-const keys = fileKeySource(cfg.API_KEYS_FILE)
+// An unreadable key file is logged here once per problem, before the app's logger exists.
+const keys = fileKeySource(cfg.API_KEYS_FILE, problem => console.error(JSON.stringify({ level: 'error', msg: problem })))
 const { app } = await buildApp({
   limits,
   laneUrls: { 'card-auth': cfg.CARD_AUTH_URL, fraud: cfg.FRAUD_URL, tax: cfg.TAX_URL },

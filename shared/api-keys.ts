@@ -1,6 +1,9 @@
 // Client API keys. Only a SHA-256 of each key is stored (keys are 256-bit
 // random, so a plain hash is enough: nothing to brute-force), with the client id
-// used for rate limits and logs. The file is written atomically with mode 0600.
+// used for rate limits and logs. The file is written atomically (rename) with
+// mode 0644: it holds no secret (a hash of a 256-bit key cannot be turned back
+// into it), and the gateway in a container runs as another user than whoever
+// ran `npm run keys` on the host.
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
@@ -20,7 +23,7 @@ export function readKeyFile (file: string): ApiKeyFile {
 function writeKeyFile (file: string, data: ApiKeyFile): void {
   fs.mkdirSync(path.dirname(file), { recursive: true })
   const tmp = `${file}.${process.pid}.tmp`
-  fs.writeFileSync(tmp, JSON.stringify(data, null, 2), { mode: 0o600 })
+  fs.writeFileSync(tmp, JSON.stringify(data, null, 2), { mode: 0o644 })
   fs.renameSync(tmp, file)
 }
 

@@ -14,6 +14,8 @@ export interface ProcessOpsOptions {
    * a lane's does. Read per request, so it may be registered in any order.
    */
   healthCheck?: boolean
+  /** A reason of the process's own not to be ready yet (the gateway's unreadable key file), or undefined. */
+  notReady?: () => string | undefined
   routeOptions?: { schema?: { hide?: boolean }, config?: Record<string, unknown> }
 }
 
@@ -21,6 +23,8 @@ export function registerProcessOps (app: FastifyInstance, o: ProcessOpsOptions):
   const opts = { ...o.routeOptions, config: { ...PRESSURE_EXEMPT, ...o.routeOptions?.config } }
   app.get('/health/live', opts, async () => ({ status: 'ok', pid: process.pid, rssBytes: process.memoryUsage.rss() }))
   app.get('/health/ready', opts, async (_req, reply) => {
+    const own = o.notReady?.()
+    if (own !== undefined) { reply.code(503).header('retry-after', '5'); return { status: 'unready', reason: own } }
     if (!o.healthCheck) return { status: 'ready' }
     const underPressure = app.isUnderPressure()
     const db = app.dbHealth
