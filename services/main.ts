@@ -5,6 +5,7 @@
 import path from 'node:path'
 import { idleTrimMs, startIdleTrim } from '../shared/idle-trim.ts'
 import { watchParent } from '../shared/lifecycle.ts'
+import { failStart } from '../shared/start-failure.ts'
 
 // Before anything else: a process whose supervisor is gone must not go on starting.
 watchParent()
@@ -35,9 +36,18 @@ if (!target) {
   console.error(`usage: main.js <${Object.keys(PROCESSES).join('|')}> [args...]`)
   process.exit(2)
 }
-// The processes that stay up give back at idle what start-up and load grew their heap to.
-// A bad IDLE_TRIM_SECONDS stops the process here with ERR_CONFIG_INVALID, as any setting does.
-if (LONG_RUNNING.has(name)) startIdleTrim({ idleMs: idleTrimMs(process.env) })
-// The chosen module reads its own arguments after the process name.
-process.argv.splice(2, 1)
-await import(path.join(here, target + ext))
+async function start (): Promise<void> {
+  // The processes that stay up give back at idle what start-up and load grew their heap to.
+  // A bad IDLE_TRIM_SECONDS stops the process here with ERR_CONFIG_INVALID, as any setting does.
+  if (LONG_RUNNING.has(name)) startIdleTrim({ idleMs: idleTrimMs(process.env) })
+  // The chosen module reads its own arguments after the process name.
+  process.argv.splice(2, 1)
+  // Resolves once the process is up: each entry starts with top-level awaits.
+  await import(path.join(here, target + ext))
+}
+
+// A process that stays up and fails to start ends with one line saying what went
+// wrong and what to do (shared/start-failure.ts), not a stack trace that its
+// restart policy repeats. One-shot commands keep their own exit codes.
+if (LONG_RUNNING.has(name)) await start().catch((err: unknown) => failStart(name, err))
+else await start()

@@ -39,6 +39,11 @@ export const ERRORS = Object.freeze({
   ERR_HEADERS_TOO_LARGE: { status: 431, title: 'Request header fields too large' },
   ERR_SHUTTING_DOWN: { status: 503, title: 'Process is draining for shutdown', retryAfter: 1 },
   ERR_CONFIG_INVALID: { status: 500, title: 'Configuration is invalid' },
+  // A failed start's one line (shared/start-failure.ts), never an HTTP answer.
+  ERR_DB_ROLE_LIMIT_REACHED: { status: 500, title: 'The role\'s CONNECTION LIMIT stayed full for the whole start budget' },
+  ERR_DB_UNREACHABLE: { status: 500, title: 'The database was unreachable for the whole start budget' },
+  ERR_DB_AUTH_FAILED: { status: 500, title: 'PostgreSQL refused the role\'s password' },
+  ERR_PORT_IN_USE: { status: 500, title: 'The process\'s listen port is taken' },
   ERR_QUEUE_NOT_FOUND: { status: 404, title: 'No job queue of that name' },
   ERR_FAULT_INJECTION_DISABLED: { status: 404, title: 'Fault injection is off: this deck has no tax sandbox (local runs only)' },
   ERR_SANDBOX_UNAVAILABLE: { status: 502, title: 'The tax sandbox did not answer', retryAfter: 1 },

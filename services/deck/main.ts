@@ -5,6 +5,8 @@ import { onShutdown } from '../../shared/lifecycle.ts'
 import { loggerOptions } from '../../shared/http-app.ts'
 import { DECK_ROLE, LANE_NAMES, deckRoleName, envPrefix, laneLimits, laneUrl } from '../../shared/lanes.ts'
 import { assertRole, createRolePool } from '../../shared/db/pool.ts'
+import { deckRoleBudget, StartBudget } from '../../shared/db/start-wait.ts'
+import { failStart } from '../../shared/start-failure.ts'
 import { pressureLimits } from '../../shared/pressure-config.ts'
 import { buildDeckApp } from './app.ts'
 import { DECK_ENV } from './config.ts'
@@ -30,12 +32,11 @@ const collector = new Collector({ targets, pollMs: cfg.DECK_POLL_MS, timeoutMs: 
 const app = buildDeckApp({ adminToken: cfg.ADMIN_TOKEN, pool, collector, sandboxUrl: cfg.TAX_SANDBOX_URL, pressure, logger: loggerOptions('deck') })
 app.addHook('onClose', async () => { await collector.stop(); await pool.end() })
 try {
-  await assertRole(pool, deckRoleName())
+  await assertRole(pool, deckRoleName(), new StartBudget({ name: 'deck', log: app.log }).for(deckRoleBudget(deckRoleName())))
   collector.start()
   await app.listen({ port: cfg.DECK_PORT, host: cfg.DECK_HOST })
 } catch (err) {
-  console.error(JSON.stringify({ level: 'fatal', code: (err as { code?: string }).code, msg: (err as Error).message }))
   await app.close().catch(() => {})
-  process.exit(1)
+  failStart('deck', err)
 }
 onShutdown(app.log, () => app.close())

@@ -2,6 +2,7 @@
 // "Worker" lists it, held to it by test/config-docs.test.ts.
 import { Type } from 'typebox'
 import { LEAK_DETECTION_DEFAULT_MS } from '../../shared/db/leak-detection.ts'
+import { START_BUDGET_MS } from '../../shared/db/pool.ts'
 import { JOBS_ROLE } from '../../shared/lanes.ts'
 
 export const WORKER_ENV = Type.Object({
@@ -22,6 +23,8 @@ export const WORKER_ENV = Type.Object({
   JOBS_POOL_MAX: Type.Integer({ default: JOBS_ROLE.poolMax, minimum: 2, maximum: 1_000 }),
   WORKER_REPLICAS: Type.Integer({ default: 1, minimum: 1, maximum: 1_000 }),
   WORKER_POOL_MAX: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000 })),
+  // How long start-up waits for the database (down, or a role's CONNECTION LIMIT full) before it exits; 0 = one try.
+  WORKER_START_BUDGET_MS: Type.Integer({ default: START_BUDGET_MS, minimum: 0, maximum: 3_600_000 }),
   // DEC-BH-01 on the queue pool (the lane pools use their lane's <LANE>_LEAK_DETECTION_MS); 0 = off.
   WORKER_LEAK_DETECTION_MS: Type.Integer({ default: LEAK_DETECTION_DEFAULT_MS, minimum: 0, maximum: 600_000 }),
 })

@@ -11,6 +11,7 @@ import { GRACE_MS, onShutdown } from '../../shared/lifecycle.ts'
 import { loggerOptions } from '../../shared/http-app.ts'
 import { jobsRoleName, LANE_NAMES, LANE_QUEUES, envPrefix, laneLimits, type LaneName } from '../../shared/lanes.ts'
 import { assertRole, createRolePool } from '../../shared/db/pool.ts'
+import { jobsRoleBudget, StartBudget, workerLaneRoleBudget } from '../../shared/db/start-wait.ts'
 import { pressureLimits } from '../../shared/pressure-config.ts'
 import { buildApp } from './app.ts'
 import { WORKER_ENV } from './config.ts'
@@ -25,6 +26,8 @@ const pressure = pressureLimits('WORKER_')
 const { values } = parseArgs({ options: { queues: { type: 'string' } }, strict: false })
 const queueNames = String(values.queues ?? cfg.WORKER_QUEUES).split(',').map(s => s.trim()).filter(Boolean)
 if (queueNames.length === 0) { console.error('worker: no queues (--queues a,b or WORKER_QUEUES)'); process.exit(2) }
+// One budget for the whole start: each role's pool, then the LISTEN connection.
+const start = new StartBudget({ name: 'worker', ms: cfg.WORKER_START_BUDGET_MS, variable: 'WORKER_START_BUDGET_MS' })
 
 // The only import of lane code from outside a lane: the job types of the lanes that own these queues.
 const types: JobType[] = [...BUILTIN_JOBS]
@@ -41,17 +44,19 @@ for (const lane of LANE_NAMES) {
   const url = (loadConfig(Type.Object({ [urlVar]: Type.Optional(Type.String({ minLength: 1 })) }), process.env) as Record<string, string | undefined>)[urlVar]
   if (!url) { console.error(`worker: ${urlVar} (the ${lane} role) is required for ${lane} jobs`); process.exit(2) }
   const limits = laneLimits(lane)
-  lanePools[lane] = createRolePool(url, { max: Math.max(1, limits.db.workerPoolMax), applicationName: `watertight-worker-${lane}`, leakDetectionMs: limits.db.leakDetectionMs })
-  await assertRole(lanePools[lane]!, limits.db.role)
+  const max = Math.max(1, limits.db.workerPoolMax)
+  lanePools[lane] = createRolePool(url, { max, applicationName: `watertight-worker-${lane}`, leakDetectionMs: limits.db.leakDetectionMs })
+  await assertRole(lanePools[lane]!, limits.db.role, start.for(workerLaneRoleBudget(limits, max)))
 }
 
 // This process's share of the role's limit, less one for the LISTEN connection.
 const poolMax = cfg.WORKER_POOL_MAX ?? Math.max(1, Math.floor(cfg.JOBS_POOL_MAX / cfg.WORKER_REPLICAS) - 1)
 const pool = createRolePool(cfg.DATABASE_URL, { max: poolMax, applicationName: 'watertight-worker', leakDetectionMs: cfg.WORKER_LEAK_DETECTION_MS })
-await assertRole(pool, jobsRoleName())
+const jobsStart = start.for(jobsRoleBudget({ role: jobsRoleName(), limit: cfg.JOBS_POOL_MAX, replicas: cfg.WORKER_REPLICAS, poolMax }))
+await assertRole(pool, jobsRoleName(), jobsStart)
 const logger = loggerOptions(`worker-${queueNames.join('+')}`)
 const worker = new Worker({
-  pool, databaseUrl: cfg.DATABASE_URL,
+  pool, databaseUrl: cfg.DATABASE_URL, startRetry: jobsStart,
   queues: Object.fromEntries(queueNames.map(q => [q, cfg.WORKER_SLOTS])),
   types, lanePools, pollMs: cfg.WORKER_POLL_MS, heartbeatMs: cfg.WORKER_HEARTBEAT_MS, rescueMs: cfg.WORKER_RESCUE_MS,
   backoff: { baseMs: cfg.WORKER_BACKOFF_BASE_MS, capMs: cfg.WORKER_BACKOFF_CAP_MS },

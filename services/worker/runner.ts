@@ -23,7 +23,7 @@
 import crypto from 'node:crypto'
 import { EventEmitter } from 'node:events'
 import type pg from 'pg'
-import { createClient } from '../../shared/db/pool.ts'
+import { createClient, type StartRetry } from '../../shared/db/pool.ts'
 import { fetchJobs } from '../../shared/queue/claim.ts'
 import { fail } from '../../shared/queue/fail.ts'
 import { heartbeat } from '../../shared/queue/heartbeat.ts'
@@ -37,6 +37,8 @@ export interface WorkerOptions {
   pool: pg.Pool
   /** A connection string for the LISTEN client (same role as the pool). */
   databaseUrl: string
+  /** How start() retries the LISTEN client's connect (the start budget of the pool's role); by default it tries once. */
+  startRetry?: StartRetry
   /** Queue -> local slots. */
   queues: Record<string, number>
   types: readonly JobType[]
@@ -105,8 +107,14 @@ export class Worker extends EventEmitter {
   }
 
   async start (): Promise<void> {
-    const l = createClient(this.#o.databaseUrl, `watertight-worker-listen-${this.id}`)
-    l.on('error', err => this.#o.log.warn({ err }, 'listen client error; polling continues'))
+    // A client that failed to connect cannot connect again: each try is a new one.
+    const retry: StartRetry = this.#o.startRetry ?? (fn => fn())
+    const l = await retry(async () => {
+      const c = createClient(this.#o.databaseUrl, `watertight-worker-listen-${this.id}`)
+      c.on('error', err => this.#o.log.warn({ err }, 'listen client error; polling continues'))
+      await c.connect()
+      return c
+    })
     l.on('notification', msg => {
       const q = msg.payload
       if (q && !(q in this.#o.queues)) return
@@ -117,7 +125,6 @@ export class Worker extends EventEmitter {
       if (q && this.#free(q, this.#runningIn(q)) <= 0) return
       this.wake()
     })
-    await l.connect()
     await l.query('listen jobs_enqueued')
     await l.query('listen jobs_control')
     this.#listener = l

@@ -143,15 +143,18 @@ export function poolCounts (pool: pg.Pool): PoolCounts {
   return { total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount, max: (pool.options as { max: number }).max }
 }
 
+/** How start-up retries its first use of a role (shared/db/start-wait.ts: retrying() for what is left of the start budget). */
+export type StartRetry = <T>(fn: () => Promise<T>) => Promise<T>
+
 /** Fails start-up when the pool does not connect as the role the lane table names (ADV-FD-01 at runtime). */
-export async function assertRole (pool: pg.Pool, role: string, budgetMs = START_BUDGET_MS): Promise<void> {
-  const { rows } = await retrying(() => pool.query<{ current_user: string }>('select current_user'), budgetMs)
+export async function assertRole (pool: pg.Pool, role: string, retry: StartRetry = fn => retrying(fn, START_BUDGET_MS)): Promise<void> {
+  const { rows } = await retry(() => pool.query<{ current_user: string }>('select current_user'))
   const got = rows[0]?.current_user
   if (got !== role) throw new Error(`ERR_SHARED_FAILURE_DOMAIN_DETECTED: pool connects as ${String(got)}, expected ${role}`)
 }
 
-// How long start-up keeps trying to reach the database before it gives up.
-const START_BUDGET_MS = 60_000
+/** How long start-up keeps trying to reach the database before it gives up (the worker's WORKER_START_BUDGET_MS). */
+export const START_BUDGET_MS = 60_000
 // Connections opened at once while warming. Each is a SCRAM login, a few ms of
 // server CPU: 40 at once on a busy 2-core host took longer than a 500 ms connect
 // timeout and killed the lane at start (CI, issue 14); 4 at a time never did.

@@ -6,9 +6,11 @@ import { Type } from 'typebox'
 import { loadConfig } from '../config.ts'
 import { laneLimits, type LaneLimits, type LaneName } from '../lanes.ts'
 import { assertRole, warmPool } from '../db/pool.ts'
+import { laneRoleBudget, StartBudget } from '../db/start-wait.ts'
 import { loggerOptions } from '../http-app.ts'
 import type { LaneKit } from './build-lane-app.ts'
 import { onShutdown } from '../lifecycle.ts'
+import { failStart } from '../start-failure.ts'
 
 const ProcessEnv = Type.Object({
   DATABASE_URL: Type.String({ minLength: 1, description: 'connection string with the lane role' }),
@@ -23,7 +25,8 @@ export async function runLane (lane: LaneName, build: Build): Promise<void> {
     const limits = laneLimits(lane)
     const built = await build({ limits, databaseUrl: env.DATABASE_URL, logger: loggerOptions(lane) })
     app = built.app
-    await assertRole(built.kit.pool, limits.db.role)
+    // Waits while the role's CONNECTION LIMIT is full (a rollout's old replica still holds it), saying so once.
+    await assertRole(built.kit.pool, limits.db.role, new StartBudget({ name: lane, log: app.log }).for(laneRoleBudget(limits)))
     await app.listen({ port: limits.port, host: limits.host })
     // The rest of the pool opens after the lane listens: a lane restarted while
     // its killed predecessor's backends still hold the role's connection limit
@@ -33,9 +36,8 @@ export async function runLane (lane: LaneName, build: Build): Promise<void> {
       if (warmed < limits.db.poolMax) log.warn({ warmed, poolMax: limits.db.poolMax }, 'pool warm-up opened fewer connections than its max; the rest open on demand')
     })
   } catch (err) {
-    console.error(JSON.stringify({ level: 'fatal', lane, code: (err as { code?: string }).code, msg: (err as Error).message }))
     await app?.close().catch(() => {})
-    process.exit(1)
+    failStart(lane, err)
   }
   onShutdown(app!.log, () => app!.close())
 }
