@@ -13,7 +13,8 @@ import { LATENCY_BUCKETS, createRegistry } from '../shared/metrics.ts'
 import { registerProcessOps } from '../shared/process-ops.ts'
 import type { LaneLimits, LaneName } from '../shared/lanes.ts'
 import { rateLimitFields } from '../shared/rate-limit-fields.ts'
-import { createUpstreams, closeUpstreams } from './upstreams.ts'
+import { BALANCING_DEFAULTS, createUpstreams, closeUpstreams, startUpstreams, type BalancingOptions } from './upstreams.ts'
+import { registerReplicaMetrics } from './replica-metrics.ts'
 import { laneRoutes, type ProxyCounters } from './proxy.ts'
 import type { KeySource } from './auth.ts'
 import { RETRY_GUARD_DEFAULTS, retryGuard, type RetryGuardConfig } from './retry-guard.ts'
@@ -29,13 +30,24 @@ export interface GatewayConfig {
   maxHeapUsedBytes?: number
   maxRssBytes?: number
   logger?: FastifyServerOptions['logger']
+  /** How lane replicas are found, checked, ejected and ramped (upstreams.ts). */
+  balancing?: Omit<BalancingOptions, 'onChange'>
 }
 
 export async function buildApp (cfg: GatewayConfig) {
   const app = createHttpApp({ logger: cfg.logger })
   const registry = createRegistry('gateway')
-  const upstreams = createUpstreams(cfg.limits, cfg.laneUrls)
+  const ejected = new client.Counter({ name: 'gateway_upstream_ejections_total', help: 'Lane replicas taken out of rotation after a transport error', labelNames: ['lane'], registers: [registry] })
+  for (const lane of Object.keys(cfg.limits)) ejected.inc({ lane }, 0)
+  const upstreams = createUpstreams(cfg.limits, cfg.laneUrls, {
+    ...(cfg.balancing ?? BALANCING_DEFAULTS),
+    onChange: (lane, r, what) => {
+      if (what === 'ejected') ejected.inc({ lane })
+      app.log.info({ lane, replica: r.address, change: what, inflight: r.inflight }, 'lane replica')
+    },
+  })
   new client.Gauge({ name: 'gateway_upstream_inflight', help: 'Requests in flight to each lane', labelNames: ['lane'], registers: [registry], collect () { for (const u of Object.values(upstreams)) this.set({ lane: u.lane }, u.inflight) } })
+  registerReplicaMetrics(registry, upstreams)
   const duration = new client.Histogram({ name: 'http_request_duration_seconds', help: 'HTTP request duration at the gateway', labelNames: ['lane', 'route', 'status_code'], buckets: LATENCY_BUCKETS, registers: [registry] })
   const unavailable = new client.Counter({ name: 'gateway_lane_unavailable_total', help: 'Requests failed because a lane was down or unreachable (reason: the transport error, or cap_full while it was)', labelNames: ['lane', 'reason'], registers: [registry] })
   const blocked = new client.Counter({ name: 'gateway_retry_storm_blocked_total', help: 'Requests blocked at the gateway by the retry-storm guard, the retry budget or the client rate limit', labelNames: ['reason'], registers: [registry] })
@@ -86,5 +98,7 @@ export async function buildApp (cfg: GatewayConfig) {
 
   await app.register(laneRoutes, { upstreams, keys: cfg.keys, rejected, counters })
   app.addHook('onClose', async () => { await closeUpstreams(upstreams) })
+  // Names resolved and every replica checked once before the gateway serves.
+  await startUpstreams(upstreams)
   return { app, registry, upstreams }
 }

@@ -2,6 +2,7 @@
 // "Gateway" lists it, held to it by test/config-docs.test.ts.
 import { Type } from 'typebox'
 import { RETRY_GUARD_DEFAULTS } from './retry-guard.ts'
+import { BALANCING_DEFAULTS } from './upstreams.ts'
 
 export const GATEWAY_ENV = Type.Object({
   GATEWAY_PORT: Type.Integer({ minimum: 0, maximum: 65535, default: 8080 }),
@@ -12,6 +13,12 @@ export const GATEWAY_ENV = Type.Object({
   CARD_AUTH_URL: Type.String({ default: 'http://127.0.0.1:8101', pattern: '^https?://' }),
   FRAUD_URL: Type.String({ default: 'http://127.0.0.1:8102', pattern: '^https?://' }),
   TAX_URL: Type.String({ default: 'http://127.0.0.1:8103', pattern: '^https?://' }),
+  // Lane replicas (gateway/replica-set.ts): names re-resolved, replicas checked, ejected, ramped.
+  GATEWAY_RESOLVE_MS: Type.Integer({ default: BALANCING_DEFAULTS.resolveEveryMs, minimum: 100, maximum: 600_000 }),
+  GATEWAY_HEALTH_CHECK_MS: Type.Integer({ default: BALANCING_DEFAULTS.checkEveryMs, minimum: 100, maximum: 600_000 }),
+  GATEWAY_EJECT_MS: Type.Integer({ default: BALANCING_DEFAULTS.ejectMs, minimum: 0, maximum: 600_000 }),
+  GATEWAY_EJECT_MAX_MS: Type.Integer({ default: BALANCING_DEFAULTS.ejectMaxMs, minimum: 0, maximum: 3_600_000 }),
+  GATEWAY_SLOW_START_MS: Type.Integer({ default: BALANCING_DEFAULTS.slowStartMs, minimum: 0, maximum: 600_000 }),
   GATEWAY_PRESSURE_MAX_EVENT_LOOP_DELAY_MS: Type.Integer({ default: 500, minimum: 10, maximum: 600_000 }),
   GATEWAY_PRESSURE_MAX_HEAP_BYTES: Type.Integer({ default: 1_536 * 1024 * 1024, minimum: 0, maximum: 2 ** 48 }),
   GATEWAY_PRESSURE_MAX_RSS_BYTES: Type.Integer({ default: 2_048 * 1024 * 1024, minimum: 0, maximum: 2 ** 48 }),

@@ -21,6 +21,10 @@ const { app } = await buildApp({
     perKeyAttempts: cfg.RETRY_PER_KEY_ATTEMPTS, windowMs: cfg.RETRY_WINDOW_MS, budgetRatio: cfg.RETRY_BUDGET_RATIO,
     budgetFloor: cfg.RETRY_BUDGET_FLOOR, clientRateMax: cfg.CLIENT_RATE_MAX, clientRateWindowMs: cfg.CLIENT_RATE_WINDOW_MS,
   },
+  balancing: {
+    resolveEveryMs: cfg.GATEWAY_RESOLVE_MS, checkEveryMs: cfg.GATEWAY_HEALTH_CHECK_MS,
+    ejectMs: cfg.GATEWAY_EJECT_MS, ejectMaxMs: cfg.GATEWAY_EJECT_MAX_MS, slowStartMs: cfg.GATEWAY_SLOW_START_MS,
+  },
   maxEventLoopDelayMs: cfg.GATEWAY_PRESSURE_MAX_EVENT_LOOP_DELAY_MS,
   maxHeapUsedBytes: cfg.GATEWAY_PRESSURE_MAX_HEAP_BYTES,
   maxRssBytes: cfg.GATEWAY_PRESSURE_MAX_RSS_BYTES,

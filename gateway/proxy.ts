@@ -11,6 +11,7 @@ import { saturationError, type LaneName } from '../shared/lanes.ts'
 import { panFields } from '../shared/pan.ts'
 import { authenticate, type KeySource } from './auth.ts'
 import { ROUTES, type RouteSpec } from './classify.ts'
+import type { Replica } from './replica-set.ts'
 import { LANE_ANSWER_MAX_BYTES, type Upstream } from './upstreams.ts'
 
 // Hop-by-hop and internal headers never cross the gateway.
@@ -99,6 +100,8 @@ class LaneCall implements Dispatcher.DispatchHandler {
   }
 
   /** The client went away: the lane's socket is closed if the request is on it, and the answer never comes. */
+  get cancelled (): boolean { return this.#cancelled }
+
   cancel (): void {
     this.#cancelled = true
     this.#controller?.abort(new Error('client disconnected'))
@@ -124,20 +127,46 @@ class LaneCall implements Dispatcher.DispatchHandler {
   onResponseError (_c: Dispatcher.DispatchController, err: Error): void { this.#reject(err) }
 }
 
+// Transport errors where the request never reached the replica: it is safe to
+// send it to another one (a replica just killed or not yet listening).
+const NOT_SENT = new Set(['ECONNREFUSED', 'UND_ERR_CONNECT_TIMEOUT', 'EHOSTUNREACH', 'ENETUNREACH'])
+
+/** The lane's answer from replica `r`, counted in its in-flight while it is out. */
+async function callReplica (up: Upstream, r: Replica, opts: Dispatcher.DispatchOptions, call: LaneCall): Promise<LaneAnswer> {
+  r.inflight++
+  r.requests++
+  try {
+    r.pool.dispatch(opts, call)
+    const res = await call.answer
+    up.replicas.answered(r)
+    return res
+  } catch (err) {
+    if ((err as { code?: string }).code !== 'UND_ERR_RES_EXCEEDED_MAX_SIZE' && !call.cancelled) up.replicas.failed(r)
+    throw err
+  } finally {
+    r.inflight--
+  }
+}
+
 async function proxy (req: FastifyRequest, reply: FastifyReply, spec: RouteSpec, up: Upstream, count: ProxyCounters): Promise<unknown> {
-  if (up.inflight >= up.cap) {
-    const detail = `lane ${up.lane} has ${up.inflight} requests in flight at the gateway (cap ${up.cap})`
+  let replica = up.replicas.pick()
+  if (!replica) {
+    const known = up.replicas.replicas.length
     // DESIGN §2: a full cap on a lane that is up is saturation, answered as the
     // lane would; a lane whose last request failed at the transport is down.
+    if (known === 0) {
+      count.unavailable({ lane: up.lane, reason: 'no_replica' })
+      throw new AppError('ERR_LANE_UNAVAILABLE', { detail: `lane ${up.lane} has no replica (${up.replicas.resolveError ?? 'none found'})` })
+    }
+    const detail = `lane ${up.lane} has ${up.inflight} requests in flight at the gateway (cap ${up.cap} on each of ${known} replicas)`
     if (!up.reachable) {
       count.unavailable({ lane: up.lane, reason: 'cap_full' })
       throw new AppError('ERR_LANE_UNAVAILABLE', { detail: `${detail}, and it is not answering` })
     }
     count.saturated(up.lane)
-    throw saturationError(up.lane, detail, { name: `gateway-${up.lane}`, quota: up.cap })
+    throw saturationError(up.lane, detail, { name: `gateway-${up.lane}`, quota: up.cap * known })
   }
-  up.inflight++
-  const call = new LaneCall()
+  let call = new LaneCall()
   let gone = false
   const onClose = (): void => { if (!reply.raw.writableFinished) { gone = true; call.cancel() } }
   reply.raw.on('close', onClose)
@@ -150,11 +179,20 @@ async function proxy (req: FastifyRequest, reply: FastifyReply, spec: RouteSpec,
     if (typeof key === 'string') headers['idempotency-key'] = key
     let body: string | undefined
     if (spec.method === 'POST') { headers['content-type'] = 'application/json'; body = (req as FastifyRequest & { rawBody?: string }).rawBody ?? JSON.stringify(req.body) }
-    up.pool.dispatch({ method: spec.method, path: req.url, headers, body }, call)
+    const opts = { method: spec.method, path: req.url, headers, body }
     // Read whole (at most LANE_ANSWER_MAX_BYTES, undici's maxResponseSize), then
     // sent: the client gets the lane's whole answer or a problem+json, never an
     // answer cut off halfway by a lane that failed mid-body.
-    const res = await call.answer
+    let res: LaneAnswer
+    try {
+      res = await callReplica(up, replica, opts, call)
+    } catch (err) {
+      const other = NOT_SENT.has((err as { code?: string }).code ?? '') && !gone ? up.replicas.pick(replica) : undefined
+      if (!other) throw err
+      replica = other
+      call = new LaneCall()
+      res = await callReplica(up, replica, opts, call)
+    }
     up.reachable = true
     for (const k in res.headers) {
       const v = res.headers[k]
@@ -176,10 +214,9 @@ async function proxy (req: FastifyRequest, reply: FastifyReply, spec: RouteSpec,
     }
     up.reachable = false
     count.unavailable({ lane: up.lane, reason: code })
-    req.log.warn({ lane: up.lane, code }, 'lane unavailable')
+    req.log.warn({ lane: up.lane, replica: replica.address, code }, 'lane unavailable')
     throw new AppError('ERR_LANE_UNAVAILABLE', { detail: `lane ${up.lane} is unavailable (${code})` })
   } finally {
-    up.inflight--
     reply.raw.off('close', onClose)
   }
 }

@@ -391,6 +391,19 @@ t.test('only the gateway\'s Service is reachable from outside; the deck\'s is Cl
   t.strictSame(byKind('Ingress'), [], 'no Ingress routes around that')
 })
 
+t.test('the lanes\' Services are headless, so the gateway balances over their pods itself', async t => {
+  for (const lane of LANE_NAMES) {
+    const svc = byKind('Service').find(s => s.metadata.name === lane)
+    t.equal(svc?.spec.clusterIP, 'None', `${lane}: headless (its name resolves to each ready pod)`)
+    t.notOk(svc?.spec.publishNotReadyAddresses, `${lane}: only ready pods are in its name`)
+  }
+  const gw = main(workload('gateway'))
+  for (const lane of LANE_NAMES) {
+    const url = gw.env.find((e: { name: string }) => e.name === `${envPrefix(lane)}URL`)?.value
+    t.equal(new URL(url).hostname, lane, `the gateway finds ${lane} by the Service's name`)
+  }
+})
+
 t.test('migrate provisions every role of the lane table, as the owner, with its password', async t => {
   const c = main(workload('migrate'))
   t.match(env(c, 'DATABASE_URL')?.valueFrom?.secretKeyRef, { name: 'watertight-db-admin', key: 'url' })

@@ -2,7 +2,7 @@
 // calls it (never module-level, never shared across lanes), with connection
 // count bounded by the lane's permits so a slow upstream can hold no more
 // sockets than the lane has executions.
-import { Agent, Pool } from 'undici'
+import { Agent, Client, Pool } from 'undici'
 import type { LaneLimits } from '../lanes.ts'
 
 export function createUpstreamPool (origin: string, limits: LaneLimits, opts: { timeoutMs: number }): Pool {
@@ -25,4 +25,22 @@ export function createHttpAgent (o: { connections: number, timeoutMs: number }):
  */
 export function createOriginPool (origin: string, o: { connections: number, timeoutMs: number, connectTimeoutMs?: number, maxResponseBytes?: number }): Pool {
   return new Pool(origin, { connections: o.connections, pipelining: 1, connectTimeout: o.connectTimeoutMs ?? Math.min(o.timeoutMs, 5_000), headersTimeout: o.timeoutMs, bodyTimeout: o.timeoutMs, keepAliveTimeout: 4_000, maxResponseSize: o.maxResponseBytes ?? -1 })
+}
+
+/**
+ * Whether `origin` answers its /health/ready with 200 within `timeoutMs`: the
+ * gateway's active check of a lane replica, on a connection of its own (opened
+ * and closed per check), so a replica whose pool is busy is not failed for it.
+ */
+export async function probeReady (origin: string, timeoutMs: number): Promise<boolean> {
+  const client = new Client(origin, { connectTimeout: timeoutMs, headersTimeout: timeoutMs, bodyTimeout: timeoutMs })
+  try {
+    const r = await client.request({ method: 'GET', path: '/health/ready', signal: AbortSignal.timeout(timeoutMs) })
+    await r.body.dump()
+    return r.statusCode === 200
+  } catch {
+    return false
+  } finally {
+    client.destroy().catch(() => {})
+  }
 }
