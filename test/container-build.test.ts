@@ -12,7 +12,7 @@ import pg from 'pg'
 import t from 'tap'
 import { dbRoles, laneLimits } from '../shared/lanes.ts'
 import { testDatabase } from './helpers/db.ts'
-import { call } from './helpers/http.ts'
+import { call, eventually } from './helpers/http.ts'
 import { ROOT, startProcess } from './helpers/procs.ts'
 
 const run = promisify(execFile)
@@ -124,7 +124,7 @@ t.test('the compiled entry migrates a fresh database, runs a lane and the deck, 
   const start = async (proc: string, env: Record<string, string>): Promise<string> =>
     (await startProcess(t, proc, main, { ROLE_PREFIX: prefix, ...env }, { args: [proc] })).url
   const lane = await start('card-auth', { DATABASE_URL: roleUrl('card_auth_ds'), CARD_AUTH_PORT: '0' })
-  t.equal((await call(lane + '/health/ready')).status, 200, 'the compiled card-auth lane is ready on its own role')
+  t.ok(await eventually(async () => (await call(lane + '/health/ready')).status === 200, 30_000, 100), 'the compiled card-auth lane is ready on its own role, once warm')
   t.equal((await call(lane + '/status')).body.permits, laneLimits('card-auth').permits)
   const deck = await start('deck', { DATABASE_URL: roleUrl('deck_ds'), DECK_PORT: '0', ADMIN_TOKEN: crypto.randomBytes(16).toString('hex'), CARD_AUTH_URL: lane })
   const page = await call(deck + '/')

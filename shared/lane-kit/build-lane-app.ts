@@ -16,6 +16,7 @@ import { admitted, type LaneHandler, type RejectHandler } from './admission.ts'
 import { registerPressure } from './pressure.ts'
 import { registerOpsRoutes } from './ops-routes.ts'
 import { RecoveryWatch } from './recovery.ts'
+import { WarmUp } from './warm-up.ts'
 
 export interface LaneKit {
   readonly limits: LaneLimits
@@ -27,6 +28,8 @@ export interface LaneKit {
   readonly state: LaneState
   readonly metrics: LaneMetrics
   readonly registry: client.Registry
+  /** Whether the replica is warm yet; /health/ready fails until it is (warm-up.ts). */
+  readonly warmUp: WarmUp
   /** Wrap a route handler in the lane's admission bulkhead and deadline. */
   admitted (handler: LaneHandler, onReject: RejectHandler): ReturnType<typeof admitted>
 }
@@ -81,7 +84,7 @@ const laneKitPlugin: FastifyPluginAsync<LaneKitOptions> = async (app, opts) => {
     recoveryLagMs: () => recovery.lagMs(),
   })
   const kit: LaneKit = {
-    limits, bulkhead, state, metrics, registry, recovery,
+    limits, bulkhead, state, metrics, registry, recovery, warmUp: new WarmUp(),
     get pool () { return pool() },
     admitted: (handler, onReject) => admitted({ bulkhead, metrics, pool, recovery, deadlineMs: limits.deadlineMs }, handler, onReject),
   }

@@ -11,6 +11,7 @@ import { loggerOptions } from '../http-app.ts'
 import type { LaneKit } from './build-lane-app.ts'
 import { onShutdown } from '../lifecycle.ts'
 import { failStart } from '../start-failure.ts'
+import { exercise } from './warm-up.ts'
 
 const ProcessEnv = Type.Object({
   DATABASE_URL: Type.String({ minLength: 1, description: 'connection string with the lane role' }),
@@ -18,7 +19,8 @@ const ProcessEnv = Type.Object({
 
 type Build = (cfg: { limits: LaneLimits, databaseUrl: string, logger: ReturnType<typeof loggerOptions> }) => Promise<{ app: FastifyInstance, kit: LaneKit }>
 
-export async function runLane (lane: LaneName, build: Build): Promise<void> {
+/** `warmPath`: the lane's read route for an id no row has, run once before the lane reports ready. */
+export async function runLane (lane: LaneName, build: Build, warmPath: string): Promise<void> {
   let app: FastifyInstance | undefined
   try {
     const env = loadConfig(ProcessEnv, process.env)
@@ -27,13 +29,19 @@ export async function runLane (lane: LaneName, build: Build): Promise<void> {
     app = built.app
     // Waits while the role's CONNECTION LIMIT is full (a rollout's old replica still holds it), saying so once.
     await assertRole(built.kit.pool, limits.db.role, new StartBudget({ name: lane, log: app.log }).for(laneRoleBudget(limits)))
+    built.kit.warmUp.begin()
     await app.listen({ port: limits.port, host: limits.host })
     // The rest of the pool opens after the lane listens: a lane restarted while
     // its killed predecessor's backends still hold the role's connection limit
-    // must not stay down until they are gone.
+    // must not stay down until they are gone. It is ready once warm (warm-up.ts):
+    // the pool opened as far as it could, and the hot path run once.
     const log = app.log
-    void warmPool(built.kit.pool, limits.db.poolMax).then(warmed => {
+    const served = app
+    void warmPool(built.kit.pool, limits.db.poolMax).then(async warmed => {
       if (warmed < limits.db.poolMax) log.warn({ warmed, poolMax: limits.db.poolMax }, 'pool warm-up opened fewer connections than its max; the rest open on demand')
+      const status = await exercise(served, warmPath)
+      built.kit.warmUp.finish()
+      log.info({ warmed, hotPath: warmPath, status }, 'warm: ready')
     })
   } catch (err) {
     await app?.close().catch(() => {})

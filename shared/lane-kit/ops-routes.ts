@@ -28,14 +28,16 @@ export async function laneStatus (kit: LaneKit) {
 
 export function registerOpsRoutes (app: FastifyInstance, kit: LaneKit, db: DbHealth): void {
   app.get('/health/live', ops, async () => ({ status: 'ok', pid: process.pid, rssBytes: process.memoryUsage.rss() }))
-  // Ready fails when the DB is unreachable or the process is under pressure;
-  // saturation is reported, not failed (a saturated lane still answers fast).
+  // Ready fails when the DB is unreachable, the process is under pressure or it
+  // is still warming up; saturation is reported, not failed (a saturated lane
+  // still answers fast).
   app.get('/health/ready', ops, async (_req, reply) => {
     const pressure = app.isUnderPressure()
     const dbOk = db.ok()
-    const ready = dbOk && !pressure
+    const warming = !kit.warmUp.done
+    const ready = dbOk && !pressure && !warming
     if (!ready) reply.code(503).header('retry-after', '5')
-    return { status: ready ? 'ready' : 'unready', lane: kit.limits.lane, state: kit.state.state, db: dbOk ? 'ok' : (db.lastError() ?? 'unreachable'), underPressure: pressure }
+    return { status: ready ? 'ready' : 'unready', lane: kit.limits.lane, state: kit.state.state, db: dbOk ? 'ok' : (db.lastError() ?? 'unreachable'), underPressure: pressure, warming }
   })
   app.get('/status', ops, async () => laneStatus(kit))
   app.get('/metrics', ops, async (_req, reply) => {
