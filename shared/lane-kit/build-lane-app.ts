@@ -16,7 +16,7 @@ import { admitted, type LaneHandler, type RejectHandler } from './admission.ts'
 import { registerPressure } from './pressure.ts'
 import { registerOpsRoutes } from './ops-routes.ts'
 import { RecoveryWatch } from './recovery.ts'
-import { WarmUp } from './warm-up.ts'
+import { WARM_UP_HEADER, WarmUp } from './warm-up.ts'
 
 export interface LaneKit {
   readonly limits: LaneLimits
@@ -90,6 +90,8 @@ const laneKitPlugin: FastifyPluginAsync<LaneKitOptions> = async (app, opts) => {
   }
 
   app.addHook('onResponse', (req, reply, done) => {
+    // The warm-up's own request is not traffic (warm-up.ts).
+    if (req.headers[WARM_UP_HEADER] !== undefined) { done(); return }
     const route = req.routeOptions.url ?? 'unmatched'
     metrics.requestDuration.observe({ lane: limits.lane, route, status_code: String(reply.statusCode) }, reply.elapsedTime / 1000)
     if (route.startsWith('/v1/')) metrics.observeLatency(reply.elapsedTime / 1000)
