@@ -106,7 +106,12 @@ export function laneSchema (d: LaneDefaults, workerPool: number) {
     POOL_MAX: int(d.poolMax, 1, 1_000),
     // Connections of the role reserved for the lane's async jobs in the worker.
     WORKER_POOL_MAX: int(workerPool, 0, 1_000),
-    REPLICAS: int(1, 1, 1_000),
+    // 0: each replica's share follows the replicas that run (lane-kit/replica-share.ts);
+    // N: a fixed share for N replicas, as before the replicas registered.
+    REPLICAS: int(0, 0, 1_000),
+    REPLICA_HEARTBEAT_MS: int(2_000, 50, 60_000),
+    // A replica whose heartbeat is older than this no longer counts (a killed one).
+    REPLICA_TTL_MS: int(10_000, 100, 600_000),
     STATEMENT_TIMEOUT_MS: int(5_000, 1, 600_000),
     IDLE_IN_TX_TIMEOUT_MS: int(10_000, 1, 600_000),
     // DEC-BH-01: a connection checked out longer than this is reported as a leak (0 = off).
@@ -139,9 +144,14 @@ export interface LaneLimits {
     readonly schema: string
     /** The role's CONNECTION LIMIT, shared by every replica of the lane. */
     readonly roleConnectionLimit: number
+    /** `<LANE>_REPLICAS`: 0, the share follows the live replicas; N, a fixed share for N. */
     readonly replicas: number
-    /** This replica's share of the role's limit, less the worker's share, its writer (WRITER_CONNECTIONS) and one for a reset (RESET_CONNECTIONS). */
+    /** What the lane's replicas share of the role's limit: all but the workers' part. */
+    readonly replicaBudget: number
+    /** The pool's max at a share for max(1, replicas) replicas: its share less its writer (WRITER_CONNECTIONS) and one for a reset (RESET_CONNECTIONS). With replicas 0, the most it may grow to. */
     readonly poolMax: number
+    readonly replicaHeartbeatMs: number
+    readonly replicaTtlMs: number
     /** Connections of the role the worker may use for this lane's jobs (fleet-wide). */
     readonly workerPoolMax: number
     readonly statementTimeoutMs: number
@@ -157,6 +167,11 @@ export interface LaneLimits {
   readonly gateway: { readonly inflightCap: number }
   readonly port: number
   readonly host: string
+}
+
+/** A replica's pool max for a share of its role's limit: the share less its writer and its reset connection, at least one. */
+export function poolMaxOfShare (share: number): number {
+  return Math.max(1, share - WRITER_CONNECTIONS - RESET_CONNECTIONS)
 }
 
 /**
@@ -190,13 +205,16 @@ export function laneLimits (lane: LaneName, env: Record<string, string | undefin
       schema: d.schema,
       roleConnectionLimit: c.POOL_MAX,
       replicas: c.REPLICAS,
+      replicaBudget: c.POOL_MAX - c.WORKER_POOL_MAX,
       // The lane's group-commit writer (card-auth's authorizations, fraud's and
       // tax's shed answers) is one connection of each replica's share, outside
       // its pool; one more is kept
       // free for a pool reset, which uses it to end the stuck backends it replaces
       // (shared/db/pool.ts): without it, those backends hold the role's whole limit
       // and the new pool cannot open a connection.
-      poolMax: Math.max(1, Math.floor((c.POOL_MAX - c.WORKER_POOL_MAX) / c.REPLICAS) - WRITER_CONNECTIONS - RESET_CONNECTIONS),
+      poolMax: poolMaxOfShare(Math.floor((c.POOL_MAX - c.WORKER_POOL_MAX) / Math.max(1, c.REPLICAS))),
+      replicaHeartbeatMs: c.REPLICA_HEARTBEAT_MS,
+      replicaTtlMs: c.REPLICA_TTL_MS,
       workerPoolMax: c.WORKER_POOL_MAX,
       statementTimeoutMs: c.STATEMENT_TIMEOUT_MS,
       idleInTxTimeoutMs: c.IDLE_IN_TX_TIMEOUT_MS,

@@ -150,7 +150,7 @@ t.test('a lane whose role budget is full waits, warns once, and comes up once a 
   await waitsThenComesUp(t, {
     role: db.prefix + 'fraud_ds',
     start: url => run(t, 'fraud', ['fraud'], laneEnv('fraud', db.env, url)),
-    says: [/CONNECTION LIMIT of 15/, /FRAUD_REPLICAS=1/, /FRAUD_POOL_MAX/, /FRAUD_WORKER_POOL_MAX/],
+    says: [/CONNECTION LIMIT of 15/, /shared by the fraud replicas that run/, /FRAUD_POOL_MAX/, /FRAUD_WORKER_POOL_MAX/],
   })
 })
 

@@ -150,8 +150,9 @@ export interface Stack {
 }
 
 export function stackOf (compose: string[], o: StackOptions): Stack {
+  // <LANE>_REPLICAS is not passed on: each replica's share follows the ones that run.
   const env: NodeJS.ProcessEnv = { ...process.env, COMPOSE_PROJECT_NAME: o.project }
-  for (const lane of LANE_NAMES) env[`${envPrefix(lane)}REPLICAS`] = String(o.replicas?.[lane] ?? 1)
+  for (const lane of LANE_NAMES) delete env[`${envPrefix(lane)}REPLICAS`]
   if (o.gatewayPort) env.GATEWAY_PUBLISHED_PORT = String(o.gatewayPort)
   if (o.deckPort) env.DECK_PUBLISHED_PORT = String(o.deckPort)
   const files = [COMPOSE_FILE, ...(o.overrides ?? [])].flatMap(f => ['-f', f])

@@ -14,10 +14,10 @@ const consoleLog: PoolLog = {
   warn: (obj, m) => console.error(JSON.stringify({ level: 'warn', msg: m, ...obj })),
 }
 
-export function createLanePool (limits: LaneLimits, databaseUrl: string, log: PoolLog): pg.Pool {
+export function createLanePool (limits: LaneLimits, databaseUrl: string, log: PoolLog, max = limits.db.poolMax): pg.Pool {
   const pool = new pg.Pool({
     connectionString: databaseUrl,
-    max: limits.db.poolMax,
+    max,
     // A request never waits for a connection longer than its own deadline.
     connectionTimeoutMillis: limits.deadlineMs,
     // The role's connections are this lane's reserved budget: keep them open, so
@@ -137,6 +137,29 @@ export function createRolePool (databaseUrl: string, o: { max: number, applicati
 /** One connection, for LISTEN and for command-line tools. */
 export function createClient (databaseUrl: string, applicationName = 'watertight-tool'): pg.Client {
   return new pg.Client({ connectionString: databaseUrl, application_name: applicationName })
+}
+
+interface PoolInternals { options: { max: number }, _idle: Array<{ client: pg.PoolClient }>, _clients: pg.PoolClient[], _expired: WeakSet<pg.PoolClient>, _remove (c: pg.PoolClient): void }
+
+/**
+ * Sets a pool's max while it serves (a lane replica's share, replica-share.ts).
+ * Growing needs nothing: the pool opens up to the new max on demand. Shrinking
+ * closes the connections over it, idle ones now and checked-out ones as they
+ * come back: pg-pool closes a released client found in its expiry set (kept
+ * for maxLifetimeSeconds, which no pool of the fleet sets). pg-pool has no
+ * public call for either.
+ */
+export function resizePool (pool: pg.Pool, max: number): void {
+  const p = pool as unknown as PoolInternals
+  p.options.max = max
+  if (p._clients.length <= max) { for (const c of p._clients) p._expired.delete(c); return }
+  let over = p._clients.length - max - p._clients.filter(c => p._expired.has(c)).length
+  while (over > 0 && p._idle.length > 0) { p._remove(p._idle[0]!.client); over-- }
+  const idle = new Set(p._idle.map(i => i.client))
+  for (const c of p._clients) {
+    if (over <= 0) break
+    if (!idle.has(c) && !p._expired.has(c)) { p._expired.add(c); over-- }
+  }
 }
 
 export function poolCounts (pool: pg.Pool): PoolCounts {

@@ -78,12 +78,21 @@ const rerunMigrate = 'and re-run migrate, which sets the limit'
 /** A lane replica: its role's limit is split between the lane's replicas and the workers running its jobs. */
 export function laneRoleBudget (l: LaneLimits): RoleBudget {
   const p = envPrefix(l.lane)
-  const share = Math.floor((l.db.roleConnectionLimit - l.db.workerPoolMax) / l.db.replicas)
+  const workers = `${l.db.workerPoolMax} for its jobs in the workers (${p}WORKER_POOL_MAX)`
+  if (l.db.replicas === 0) {
+    return {
+      role: l.db.role,
+      limit: l.db.roleConnectionLimit,
+      heldBy: `${p}POOL_MAX: ${l.db.replicaBudget} shared by the ${l.lane} replicas that run, ${workers}`,
+      change: `look for connections of ${l.db.role} that no running replica holds (pg_stat_activity), run fewer ${l.lane} replicas, or raise ${p}POOL_MAX ${rerunMigrate}`,
+    }
+  }
+  const share = Math.floor(l.db.replicaBudget / l.db.replicas)
   return {
     role: l.db.role,
     limit: l.db.roleConnectionLimit,
-    heldBy: `${p}POOL_MAX: ${share} for each of ${p}REPLICAS=${l.db.replicas} ${l.lane} replicas, ${l.db.workerPoolMax} for its jobs in the workers (${p}WORKER_POOL_MAX)`,
-    change: `set ${p}REPLICAS to the number of ${l.lane} replicas that run, or raise ${p}POOL_MAX ${rerunMigrate}`,
+    heldBy: `${p}POOL_MAX: ${share} for each of ${p}REPLICAS=${l.db.replicas} ${l.lane} replicas, ${workers}`,
+    change: `set ${p}REPLICAS to the number of ${l.lane} replicas that run (or 0: shares follow the live replicas), or raise ${p}POOL_MAX ${rerunMigrate}`,
   }
 }
 

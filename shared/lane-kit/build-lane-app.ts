@@ -17,6 +17,7 @@ import { registerPressure } from './pressure.ts'
 import { registerOpsRoutes } from './ops-routes.ts'
 import { RecoveryWatch } from './recovery.ts'
 import { WARM_UP_HEADER, WarmUp } from './warm-up.ts'
+import { ReplicaShare } from './replica-share.ts'
 
 export interface LaneKit {
   readonly limits: LaneLimits
@@ -28,6 +29,8 @@ export interface LaneKit {
   readonly state: LaneState
   readonly metrics: LaneMetrics
   readonly registry: client.Registry
+  /** This replica's share of its role's CONNECTION LIMIT among the live replicas (replica-share.ts). */
+  readonly share: ReplicaShare
   /** Whether the replica is warm yet; /health/ready fails until it is (warm-up.ts). */
   readonly warmUp: WarmUp
   /** Wrap a route handler in the lane's admission bulkhead and deadline. */
@@ -57,7 +60,9 @@ const laneKitPlugin: FastifyPluginAsync<LaneKitOptions> = async (app, opts) => {
   const { limits } = opts
   const registry = createRegistry(limits.lane)
   const leaks = countPoolLeaks(registry)
-  const pools = new ReplaceablePool(() => leaks(createLanePool(limits, opts.databaseUrl, app.log)))
+  // The pool's max is this replica's share of the role's limit (replica-share.ts), a new pool's too.
+  const share = new ReplicaShare({ limits, pool: () => pools.current, log: app.log })
+  const pools: ReplaceablePool = new ReplaceablePool(() => leaks(createLanePool(limits, opts.databaseUrl, app.log, share.poolMax)))
   const pool = (): pg.Pool => pools.current
   const state = new LaneState({
     permits: limits.permits,
@@ -84,7 +89,7 @@ const laneKitPlugin: FastifyPluginAsync<LaneKitOptions> = async (app, opts) => {
     recoveryLagMs: () => recovery.lagMs(),
   })
   const kit: LaneKit = {
-    limits, bulkhead, state, metrics, registry, recovery, warmUp: new WarmUp(),
+    limits, bulkhead, state, metrics, registry, recovery, share, warmUp: new WarmUp(),
     get pool () { return pool() },
     admitted: (handler, onReject) => admitted({ bulkhead, metrics, pool, recovery, deadlineMs: limits.deadlineMs }, handler, onReject),
   }
@@ -99,6 +104,9 @@ const laneKitPlugin: FastifyPluginAsync<LaneKitOptions> = async (app, opts) => {
   })
   app.addHook('onClose', async () => {
     clearInterval(stateTimer)
+    // By now nothing is in flight: the row goes first, so the other replicas
+    // take this one's share at their next heartbeat rather than after its TTL.
+    await share.stop()
     await pools.end()
   })
 

@@ -29,6 +29,8 @@ export async function runLane (lane: LaneName, build: Build, warmPath: string): 
     app = built.app
     // Waits while the role's CONNECTION LIMIT is full (a rollout's old replica still holds it), saying so once.
     await assertRole(built.kit.pool, limits.db.role, new StartBudget({ name: lane, log: app.log }).for(laneRoleBudget(limits)))
+    // This replica's share among the live ones, before the pool warms to it.
+    await built.kit.share.start()
     built.kit.warmUp.begin()
     await app.listen({ port: limits.port, host: limits.host })
     // The rest of the pool opens after the lane listens: a lane restarted while
@@ -37,11 +39,22 @@ export async function runLane (lane: LaneName, build: Build, warmPath: string): 
     // the pool opened as far as it could, and the hot path run once.
     const log = app.log
     const served = app
-    void warmPool(built.kit.pool, limits.db.poolMax).then(async warmed => {
-      if (warmed < limits.db.poolMax) log.warn({ warmed, poolMax: limits.db.poolMax }, 'pool warm-up opened fewer connections than its max; the rest open on demand')
+    const { share } = built.kit
+    // A replica joining others waits (a few heartbeats at most) for them to
+    // give up its share before it warms and reports ready.
+    void share.settle(5 * limits.db.replicaHeartbeatMs).then(() => warmPool(built.kit.pool, share.poolMax)).then(async warmed => {
+      const poolMax = share.poolMax
+      if (warmed < poolMax) log.warn({ warmed, poolMax }, 'pool warm-up opened fewer connections than its max; the rest open on demand')
       const status = await exercise(served, warmPath)
       built.kit.warmUp.finish()
       log.info({ warmed, hotPath: warmPath, status }, 'warm: ready')
+      // From now on a share that grows (a replica gone) is opened at once too, one warm-up at a time.
+      let growing = false
+      share.onGrow(max => {
+        if (growing) return
+        growing = true
+        void warmPool(built.kit.pool, max).finally(() => { growing = false })
+      })
     })
   } catch (err) {
     await app?.close().catch(() => {})
