@@ -14,7 +14,7 @@ import { registerProcessOps } from '../shared/process-ops.ts'
 import type { LaneLimits, LaneName } from '../shared/lanes.ts'
 import { rateLimitFields } from '../shared/rate-limit-fields.ts'
 import { BALANCING_DEFAULTS, createUpstreams, closeUpstreams, startUpstreams, type BalancingOptions } from './upstreams.ts'
-import { registerReplicaMetrics } from './replica-metrics.ts'
+import { registerReplicaMetrics, replicaViews } from './replica-metrics.ts'
 import { laneRoutes, type ProxyCounters } from './proxy.ts'
 import type { KeySource } from './auth.ts'
 import { RETRY_GUARD_DEFAULTS, retryGuard, type RetryGuardConfig } from './retry-guard.ts'
@@ -89,6 +89,8 @@ export async function buildApp (cfg: GatewayConfig) {
   const ops = { schema: { hide: true }, config: { pressureHandler: () => undefined } }
   registerProcessOps(app, { registry, routeOptions: ops, notReady: () => cfg.keys.problem() })
   app.get('/openapi.json', ops, async () => app.swagger())
+  // Each lane's replicas as balanced here (the deck's lane tiles show them).
+  app.get('/status', ops, async () => ({ lanes: replicaViews(upstreams) }))
 
   app.addHook('onResponse', (req, reply, done) => {
     const spec = req.routeOptions.config as { lane?: string }

@@ -158,6 +158,8 @@ t.test('through a gateway: a lane\'s 429 and 503 are answers, and a replica that
   t.ok(a.hits > 30 && b.hits > 30, `both replicas keep their share (${a.hits} / ${b.hits})`)
   const metrics = (): Promise<string> => call(gw.url + '/metrics').then(r => r.body as string)
   t.match(await metrics(), /gateway_upstream_ejections_total\{lane="tax"[^}]*\} 0/, 'nothing ejected for a 429 or a 503')
+  const status = (await call(gw.url + '/status')).body as { lanes: Record<string, Array<{ address: string, state: string, requests: number, ejections: number }>> }
+  t.same(status.lanes.tax!.map(r => [r.address, r.state, r.requests > 30, r.ejections]).sort(), [[`127.0.0.1:${a.port}`, 'ready', true, 0], [`127.0.0.1:${b.port}`, 'ready', true, 0]].sort(), 'its /status shows each replica: ready, its requests, no ejections (the deck shows it)')
   for (const f of [a, b]) t.match(await metrics(), new RegExp(`gateway_upstream_replica_state\\{lane="tax",replica="127.0.0.1:${f.port}",state="ready"[^}]*\\} 1`), `127.0.0.1:${f.port} ready`)
 
   await a.close()

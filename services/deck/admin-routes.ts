@@ -47,11 +47,13 @@ export async function adminRoutes (app: FastifyInstance, d: AdminDeps): Promise<
 
   app.get('/lanes', async () => {
     const all = d.collector.snapshot()
+    const gateway = all.find(s => s.kind === 'gateway')
     return {
       pollMs: d.collector.pollMs,
       checkedAt: all.map(s => s.checkedAt).sort().at(-1),
-      lanes: all.filter(s => s.kind === 'lane'),
-      processes: all.filter(s => s.kind !== 'lane').map(({ status: _s, rejectionsPerSecond: _r, lastSeen: _l, ...p }) => p),
+      // Each lane with its replicas as the gateway balances them (none known: the gateway is down or not polled yet).
+      lanes: all.filter(s => s.kind === 'lane').map(s => ({ ...s, replicas: gateway?.replicas?.[s.name] ?? [] })),
+      processes: all.filter(s => s.kind !== 'lane').map(({ status: _s, rejectionsPerSecond: _r, lastSeen: _l, replicas: _p, ...p }) => p),
       deck: { pid: process.pid, rssBytes: process.memoryUsage.rss() },
     }
   })

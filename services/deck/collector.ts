@@ -2,7 +2,8 @@
 // parallel, with a short deadline, so one hung lane costs the page at most that
 // deadline and never another lane's tile. Lanes answer GET /status (state,
 // permits, queue, pool, rejections by reason, last-minute p50/p99 from their
-// sliding-window summary); other processes answer /health/live. The collector
+// sliding-window summary); the gateway its /status (each lane's replicas as it
+// balances them); other processes answer /health/live. The collector
 // keeps a ring of samples for the timeline, so the page can draw the last
 // minutes without Prometheus.
 import type { Agent } from 'undici'
@@ -24,6 +25,9 @@ export interface LaneStatus {
   pid: number
   rssBytes: number
 }
+
+/** A lane replica as the gateway balances it (the gateway's GET /status). */
+export interface ReplicaView { address: string, state: string, inflight: number, requests: number, ejections: number }
 
 export interface TargetSnapshot {
   name: string
@@ -47,6 +51,8 @@ export interface TargetSnapshot {
    * CPU misses the poll's deadline) still shows where it was.
    */
   lastSeen: { at: string, state: string, active: number, permits: number } | null
+  /** The gateway only: each lane's replicas as it balances them. */
+  replicas?: Record<string, ReplicaView[]>
 }
 
 export interface TimelinePoint {
@@ -134,13 +140,14 @@ export class Collector {
     const base = { name: t.name, kind: t.kind, url: t.url, checkedAt, lastSeen: this.#lastSeen.get(t.name) ?? null }
     try {
       const res = await this.#agent.request({
-        origin: t.url, path: t.kind === 'lane' ? '/status' : '/health/live', method: 'GET',
+        origin: t.url, path: t.kind === 'lane' || t.kind === 'gateway' ? '/status' : '/health/live', method: 'GET',
         signal: AbortSignal.timeout(this.#timeoutMs), headers: { accept: 'application/json' },
       })
       const body = await res.body.json().catch(() => null) as LaneStatus | null
       const pollMs = performance.now() - started
       const rssBytes = typeof body?.rssBytes === 'number' ? body.rssBytes : null
       if (res.statusCode !== 200) return { ...base, up: false, error: `http ${res.statusCode}`, pollMs, status: null, rejectionsPerSecond: null, rssBytes: null }
+      if (t.kind === 'gateway') return { ...base, up: true, error: null, pollMs, status: null, rejectionsPerSecond: null, rssBytes, replicas: (body as unknown as { lanes?: Record<string, ReplicaView[]> } | null)?.lanes ?? {} }
       if (t.kind !== 'lane') return { ...base, up: true, error: null, pollMs, status: null, rejectionsPerSecond: null, rssBytes }
       if (!body || typeof body.state !== 'string') return { ...base, up: false, error: 'bad status body', pollMs, status: null, rejectionsPerSecond: null, rssBytes }
       const lastSeen = { at: checkedAt, state: body.state, active: body.active, permits: body.permits }

@@ -69,6 +69,9 @@ t.test('a wrong token is refused; the right one opens the deck for this tab only
   await page.waitForSelector('#processes [data-process="gateway"].up')
   await page.waitForSelector('#timeline canvas')
   t.pass('process strip and timeline chart drawn')
+  const cardAddress = new URL(fleet.lanes['card-auth']!.url).host
+  await page.waitForFunction(a => document.querySelector('[data-lane="card-auth"] [data-role="replicas"]')?.textContent?.includes(a), cardAddress, { timeout: 10_000 })
+  t.match(await page.innerText('[data-lane="card-auth"] [data-role="replicas"]'), new RegExp(`^replicas at the gateway: ${cardAddress.replace(/\./g, '\\.')} ready · \\d+ in flight · \\d+ sent$`), 'each lane tile lists its replicas as the gateway balances them')
 })
 
 t.test('a tax fault from the page: tax saturates and recovers, card-auth stays NORMAL', async t => {

@@ -153,6 +153,10 @@
   /** @param {string} label @param {string} value @param {string} key */
   const stat = (label, value, key) => el('div', { class: 'stat', 'data-stat': key }, el('b', {}, value), el('span', {}, label))
 
+  /** The lane's replicas as the gateway balances them: address, state, in flight, requests sent. @param {any[]} rs */
+  const replicaLine = rs => el('div', { class: 'foot', 'data-role': 'replicas' },
+    rs.length === 0 ? 'replicas at the gateway: none known' : `replicas at the gateway: ${rs.map(r => `${r.address} ${r.state} · ${r.inflight} in flight · ${r.requests} sent`).join('; ')}`)
+
   /** @param {any} data */
   function renderLanes (data) {
     const tiles = data.lanes.map((/** @type {any} */ l) => {
@@ -183,7 +187,8 @@
           stat('p50 ms (1 min)', num(s.latency.p50Ms, 1), 'p50'),
           stat('p99 ms (1 min)', num(s.latency.p99Ms, 1), 'p99'),
           stat('pool total / idle / waiting', `${s.pool.total} / ${s.pool.idle} / ${s.pool.waiting}`, 'pool')),
-        el('div', { class: 'foot' }, `pid ${s.pid} · rejected so far: ${reasons || 'none'}`))
+        el('div', { class: 'foot' }, `pid ${s.pid} · rejected so far: ${reasons || 'none'}`),
+        replicaLine(l.replicas ?? []))
       return tile
     })
     $('lanes').replaceChildren(...tiles)
