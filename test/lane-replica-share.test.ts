@@ -62,6 +62,17 @@ t.test('alone, two, one stopped, one killed: each pool its share, the role never
   await c.kill('SIGKILL')
   t.ok(await until(a, { max: whole, replicas: 1 }), 'killed without a goodbye: its share comes back after its heartbeat\'s TTL')
 
+  await a.kill('SIGTERM')
+  // Two started at the same moment (as Compose starts a scaled service): each
+  // heartbeat decides under the lane's lock, so neither takes a share the
+  // other has already claimed.
+  const [d, e] = await Promise.all([start('card-auth-d'), start('card-auth-e')])
+  t.ok(await until(d, { max: half, replicas: 2 }), 'two started together: each gets half')
+  t.ok(await until(e, { max: half, replicas: 2 }))
+  t.ok(await eventually(async () => (await status(d)).pool.total === half && (await status(e)).pool.total === half, 20_000, 100), 'and both open it')
+  const auth = await call(d.url + '/v1/authorizations/00000000-0000-7000-8000-000000000001', { headers: { 'x-client-id': 'c1' } })
+  t.equal(auth.status, 404, 'and serve (no connection refused by the role)')
+
   t.ok(most <= limit, `at most ${most} of the role's ${limit} connections at any sample`)
   t.ok(most > half, `the sampler saw the pools open (${most})`)
 })

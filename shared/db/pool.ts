@@ -197,11 +197,21 @@ export async function warmPool (pool: pg.Pool, n: number, budgetMs = START_BUDGE
   // ends the warm-up: the held clients are released, so end() is not kept
   // waiting on connects that can only fail until the budget runs out.
   const ended = (): boolean => pool.ending
+  // A role at its CONNECTION LIMIT (53300) ends the warm-up too: retrying while
+  // holding what it opened would keep every connection of the pool checked out
+  // (the lane's replica heartbeat among the waiters) for the whole budget.
+  let full = false
+  const stop = (): boolean => ended() || full
+  const connect = (): Promise<pg.PoolClient> => pool.connect().catch((err: { code?: string }) => { if (err.code === '53300') full = true; throw err })
+  // A pool whose max shrank meanwhile (a replica's share, replica-share.ts) is
+  // warmed to its new max only: a connect past it would wait for a client the
+  // warm-up itself holds.
+  const max = (): number => Math.min(n, (pool.options as { max: number }).max)
   const worker = async (): Promise<void> => {
-    while (claimed < n && Date.now() < until && !ended()) {
+    while (claimed < max() && Date.now() < until && !stop()) {
       claimed++
       try {
-        held.push(await retrying(() => pool.connect(), until - Date.now(), ended))
+        held.push(await retrying(connect, until - Date.now(), stop))
       } catch { claimed--; return }
     }
   }

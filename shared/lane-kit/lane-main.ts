@@ -5,7 +5,7 @@ import type { FastifyInstance } from 'fastify'
 import { Type } from 'typebox'
 import { loadConfig } from '../config.ts'
 import { laneLimits, type LaneLimits, type LaneName } from '../lanes.ts'
-import { assertRole, warmPool } from '../db/pool.ts'
+import { assertRole, retrying, START_BUDGET_MS, warmPool } from '../db/pool.ts'
 import { laneRoleBudget, StartBudget } from '../db/start-wait.ts'
 import { loggerOptions } from '../http-app.ts'
 import type { LaneKit } from './build-lane-app.ts'
@@ -42,7 +42,7 @@ export async function runLane (lane: LaneName, build: Build, warmPath: string): 
     const { share } = built.kit
     // A replica joining others waits (a few heartbeats at most) for them to
     // give up its share before it warms and reports ready.
-    void share.settle(5 * limits.db.replicaHeartbeatMs).then(() => warmPool(built.kit.pool, share.poolMax)).then(async warmed => {
+    void share.settle(5 * limits.db.replicaHeartbeatMs).then(() => warmFully(built.kit)).then(async warmed => {
       const poolMax = share.poolMax
       if (warmed < poolMax) log.warn({ warmed, poolMax }, 'pool warm-up opened fewer connections than its max; the rest open on demand')
       const status = await exercise(served, warmPath)
@@ -61,4 +61,20 @@ export async function runLane (lane: LaneName, build: Build, warmPath: string): 
     failStart(lane, err)
   }
   onShutdown(app!.log, () => app!.close())
+}
+
+/**
+ * The pool warmed to this replica's share, tried again with backoff while the
+ * role refuses (a killed predecessor's backends still hold it): each try ends
+ * at the first refusal and leaves what it opened idle for requests. Gives up
+ * after the start budget; the rest then opens on demand. Resolves with how
+ * many are open.
+ */
+async function warmFully (kit: LaneKit): Promise<number> {
+  const short = new Error('pool not warm yet')
+  return retrying(async () => {
+    const warmed = await warmPool(kit.pool, kit.share.poolMax)
+    if (warmed < kit.share.poolMax && !kit.pool.ending) throw short
+    return warmed
+  }, START_BUDGET_MS, () => kit.pool.ending).catch(() => kit.pool.totalCount)
 }

@@ -11,6 +11,7 @@ import type pg from 'pg'
 import { newId } from '../ids.ts'
 import { poolMaxOfShare, RESET_CONNECTIONS, WRITER_CONNECTIONS, type LaneLimits } from '../lanes.ts'
 import { resizePool } from '../db/pool.ts'
+import { withTransaction } from '../db/transaction.ts'
 
 /** The least a replica holds: one pooled connection, its writer's, and one kept for a reset. */
 export const MIN_SHARE = poolMaxOfShare(0) + WRITER_CONNECTIONS + RESET_CONNECTIONS
@@ -69,6 +70,12 @@ export class ReplicaShare {
     this.#timer.unref()
   }
 
+  /** Its fair share among `others` + 1 replicas, within what the others' `shares` leave, never under MIN_SHARE. */
+  #target (others: number, shares: number): number {
+    const budget = this.#limits.db.replicaBudget
+    return Math.max(MIN_SHARE, Math.min(Math.floor(budget / (others + 1)), budget - shares))
+  }
+
   /** Stops beating and removes this replica's row, so the others take its share at once. */
   async stop (): Promise<void> {
     clearInterval(this.#timer)
@@ -78,30 +85,33 @@ export class ReplicaShare {
   }
 
   /**
-   * One heartbeat: record what this replica holds (its share, or more while
-   * connections over a shrunk share are still out), read the others' live
-   * rows, and move to min(fair share, what the others leave). Rows long dead
-   * are swept on the way.
+   * One heartbeat, in one transaction under a lock of the lane's (so no two
+   * replicas decide from the same reading): read the others' live shares, take
+   * min(fair share, what they leave), and record it before growing into it, or,
+   * when shrinking, what this replica still holds until its connections over
+   * the new share have come back. Rows long dead are swept on the way.
    */
   async beat (): Promise<void> {
     const s = this.#limits.db.schema
     const pool = this.#pool()
-    const held = Math.max(this.#share, pool.totalCount + WRITER_CONNECTIONS + RESET_CONNECTIONS)
-    const { rows } = await pool.query<{ others: number, shares: number }>(
-      `with me as (
-         insert into ${s}.lane_replicas (id, heartbeat_at, share) values ($1, now(), $2)
-         on conflict (id) do update set heartbeat_at = now(), share = excluded.share
-       ), swept as (
-         delete from ${s}.lane_replicas where id <> $1 and heartbeat_at < now() - make_interval(secs => $3 * 10 / 1000.0)
-       )
-       select count(*)::int as others, coalesce(sum(share), 0)::int as shares
-       from ${s}.lane_replicas where id <> $1 and heartbeat_at > now() - make_interval(secs => $3 / 1000.0)`,
-      [this.id, held, this.#limits.db.replicaTtlMs],
-    )
-    const { others, shares } = rows[0]!
+    const { others, shares } = await withTransaction(pool, async c => {
+      await c.query('select pg_advisory_xact_lock(hashtext($1))', [`${s}.lane_replicas`])
+      const { rows } = await c.query<{ others: number, shares: number }>(
+        `select count(*)::int as others, coalesce(sum(share), 0)::int as shares
+         from ${s}.lane_replicas where id <> $1 and heartbeat_at > now() - make_interval(secs => $2 / 1000.0)`,
+        [this.id, this.#limits.db.replicaTtlMs])
+      const r = rows[0]!
+      const target = this.#target(r.others, r.shares)
+      const held = Math.max(target, pool.totalCount + WRITER_CONNECTIONS + RESET_CONNECTIONS)
+      await c.query(
+        `insert into ${s}.lane_replicas (id, heartbeat_at, share) values ($1, now(), $2)
+         on conflict (id) do update set heartbeat_at = now(), share = excluded.share`, [this.id, held])
+      await c.query(`delete from ${s}.lane_replicas where id <> $1 and heartbeat_at < now() - make_interval(secs => $2 * 10 / 1000.0)`, [this.id, this.#limits.db.replicaTtlMs])
+      return r
+    })
     const budget = this.#limits.db.replicaBudget
     const fair = Math.floor(budget / (others + 1))
-    const target = Math.max(MIN_SHARE, Math.min(fair, budget - shares))
+    const target = this.#target(others, shares)
     this.#live = others + 1
     this.#fair = fair
     if (target === this.#share) return
