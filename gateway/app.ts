@@ -89,8 +89,9 @@ export async function buildApp (cfg: GatewayConfig) {
   const ops = { schema: { hide: true }, config: { pressureHandler: () => undefined } }
   registerProcessOps(app, { registry, routeOptions: ops, notReady: () => cfg.keys.problem() })
   app.get('/openapi.json', ops, async () => app.swagger())
-  // Each lane's replicas as balanced here (the deck's lane tiles show them).
-  app.get('/status', ops, async () => ({ lanes: replicaViews(upstreams) }))
+  // Each lane's replicas as balanced here (the deck's lane tiles show them), and
+  // the gateway's RSS, as its /health/live reports it (the deck polls this instead).
+  app.get('/status', ops, async () => ({ lanes: replicaViews(upstreams), pid: process.pid, rssBytes: process.memoryUsage.rss() }))
 
   app.addHook('onResponse', (req, reply, done) => {
     const spec = req.routeOptions.config as { lane?: string }

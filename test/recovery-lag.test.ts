@@ -45,7 +45,9 @@ t.test('a recovery that lags its provider resets the pool, raises the alert, and
   // Every connection the pool may open is open (and will be frozen): a pool short
   // of its max would open a fresh, unfrozen connection for a waiting quote, and
   // the lane would recover without any lag to notice.
-  t.ok(await eventually(async () => { const p = (await status()).pool; return p.total === p.max && p.max > 0 }, 30_000, 50), 'the lane holds every connection its pool may open')
+  // Ready means warm: the warm-up holds its connections until all are open, and
+  // quotes arriving before that would wait for them.
+  t.ok(await eventually(async () => { const p = (await status()).pool; return p.total === p.max && p.max > 0 && (await call(tax.url + '/health/ready')).status === 200 }, 30_000, 50), 'the lane is warm: it holds every connection its pool may open')
   await faults({ mode: 'hang' })
   const answers: Array<{ at: number, status: number, source?: string }> = []
   const record = (p: Promise<{ status: number, body: any }>) => { void p.then(r => answers.push({ at: performance.now(), status: r.status, source: r.body?.source })) }
