@@ -9,7 +9,7 @@ import pg from 'pg'
 import t from 'tap'
 import { laneLimits } from '../shared/lanes.ts'
 import { testDatabase } from './helpers/db.ts'
-import { call, eventually } from './helpers/http.ts'
+import { call, eventually, sleep } from './helpers/http.ts'
 import { laneEnv, startProcess, type Proc } from './helpers/procs.ts'
 
 const env = { CARD_AUTH_REPLICA_HEARTBEAT_MS: '200', CARD_AUTH_REPLICA_TTL_MS: '1500' }
@@ -29,7 +29,7 @@ const sampled = (async () => {
   while (sampling) {
     const { rows } = await sampler.query<{ n: number }>('select count(*)::int as n from pg_stat_activity where usename = $1', [role])
     most = Math.max(most, rows[0]!.n)
-    await new Promise(resolve => setTimeout(resolve, 25))
+    await sleep(25)
   }
 })()
 t.teardown(async () => { sampling = false; await sampled; await sampler.end() })

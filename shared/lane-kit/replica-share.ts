@@ -7,6 +7,7 @@
 // recorded shares leave free, so a replica that joins takes its share as the
 // others give theirs up: the sum stays within the limit at every moment, and a
 // lone replica, at the minimum scale, uses the whole budget.
+import { setTimeout as sleep } from 'node:timers/promises'
 import type pg from 'pg'
 import { newId } from '../ids.ts'
 import { poolMaxOfShare, RESET_CONNECTIONS, WRITER_CONNECTIONS, type LaneLimits } from '../lanes.ts'
@@ -14,7 +15,7 @@ import { resizePool } from '../db/pool.ts'
 import { withTransaction } from '../db/transaction.ts'
 
 /** The least a replica holds: one pooled connection, its writer's, and one kept for a reset. */
-export const MIN_SHARE = poolMaxOfShare(0) + WRITER_CONNECTIONS + RESET_CONNECTIONS
+export const MIN_SHARE = 1 + WRITER_CONNECTIONS + RESET_CONNECTIONS
 
 export interface ShareLog { info (o: object, m: string): void, warn (o: object, m: string): void }
 
@@ -57,7 +58,7 @@ export class ReplicaShare {
   /** Resolves once settled, or after `maxMs` (a share the others never give up is not waited for longer). */
   async settle (maxMs: number): Promise<void> {
     const until = Date.now() + maxMs
-    while (!this.settled && Date.now() < until) await new Promise(resolve => setTimeout(resolve, Math.min(100, this.#limits.db.replicaHeartbeatMs)))
+    while (!this.settled && Date.now() < until) await sleep(Math.min(100, this.#limits.db.replicaHeartbeatMs))
   }
 
   /** The first heartbeat (so the pool warms to its share), then one every REPLICA_HEARTBEAT_MS. */
