@@ -48,7 +48,7 @@ export async function runLane (lane: LaneName, build: Build, warmPath: string): 
       const status = await exercise(served, warmPath)
       built.kit.warmUp.finish()
       log.info({ warmed, hotPath: warmPath, status }, 'warm: ready')
-      // From now on a share that grows (a replica gone) is opened at once too, one warm-up at a time.
+      // From now on a pool below its share (the share grew, a connection died) is opened again, one warm-up at a time.
       let growing = false
       share.onGrow(max => {
         if (growing) return

@@ -52,7 +52,7 @@ export class ReplicaShare {
   /** Whether this replica has its fair share (a joining one waits for the others to give theirs up). */
   get settled (): boolean { return this.#fixed || this.#share >= Math.max(MIN_SHARE, this.#fair) }
 
-  /** Called with the new pool max when the share grows (lane-main opens the new connections). */
+  /** Called with the pool max at a heartbeat that finds the pool below it (lane-main opens the rest). */
   onGrow (fn: (poolMax: number) => void): void { this.#grown = fn }
 
   /** Resolves once settled, or after `maxMs` (a share the others never give up is not waited for longer). */
@@ -115,12 +115,15 @@ export class ReplicaShare {
     const target = this.#target(others, shares)
     this.#live = others + 1
     this.#fair = fair
-    if (target === this.#share) return
-    const from = this.#share
-    this.#share = target
-    resizePool(pool, this.poolMax)
-    if (target > from) this.#grown(this.poolMax)
-    this.#log.info({ role: this.#limits.db.role, replicas: this.#live, share: target, was: from, poolMax: this.poolMax }, 'replica share changed')
-    if (fair < MIN_SHARE) this.#log.warn({ role: this.#limits.db.role, replicas: this.#live, budget, minShare: MIN_SHARE }, `the ${this.#limits.lane} role's budget of ${budget} cannot give ${this.#live} replicas ${MIN_SHARE} connections each: run fewer replicas or raise the limit`)
+    if (target !== this.#share) {
+      const from = this.#share
+      this.#share = target
+      resizePool(pool, this.poolMax)
+      this.#log.info({ role: this.#limits.db.role, replicas: this.#live, share: target, was: from, poolMax: this.poolMax }, 'replica share changed')
+      if (fair < MIN_SHARE) this.#log.warn({ role: this.#limits.db.role, replicas: this.#live, budget, minShare: MIN_SHARE }, `the ${this.#limits.lane} role's budget of ${budget} cannot give ${this.#live} replicas ${MIN_SHARE} connections each: run fewer replicas or raise the limit`)
+    }
+    // A pool below its max (its share grew, a shrink closed one too many, a
+    // connection died) is opened to it again: the lane keeps its share open.
+    if (pool.totalCount < this.poolMax) this.#grown(this.poolMax)
   }
 }
