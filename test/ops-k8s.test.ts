@@ -12,6 +12,7 @@ import { promisify } from 'node:util'
 import t from 'tap'
 import { parseAllDocuments } from 'yaml'
 import { FLEET } from '../shared/fleet.ts'
+import { MIN_SHARE } from '../shared/lane-kit/replica-share.ts'
 import { DECK_ROLE, JOBS_ROLE, LANE_DEFAULTS, LANE_NAMES, LANE_QUEUES, dbRoles, envPrefix } from '../shared/lanes.ts'
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url))
@@ -183,9 +184,11 @@ t.test('each long-running process has one Deployment, Service, autoscaler and di
     t.strictSame(services.map(s => s.metadata.name), [name], `${name}: one Service`)
     for (const p of services[0]?.spec.ports ?? []) t.equal(portNumber(main(w), p.targetPort), main(w).ports[0].containerPort, `${name}: the Service targets the container's port`)
 
-    // The deck has no autoscaler: it runs one pod at a time (its own subtest).
+    // The deck has no autoscaler: it runs one pod at a time (its own subtest);
+    // nor has tax: its role's budget holds one pod's least share (above).
+    const fixed = name === 'deck' || name === 'tax'
     const hpas = byKind('HorizontalPodAutoscaler').filter(h => h.spec.scaleTargetRef.name === name)
-    t.equal(hpas.length, name === 'deck' ? 0 : 1, `${name}: ${name === 'deck' ? 'no' : 'one'} HorizontalPodAutoscaler`)
+    t.equal(hpas.length, fixed ? 0 : 1, `${name}: ${fixed ? 'no' : 'one'} HorizontalPodAutoscaler`)
     for (const h of hpas) {
       t.equal(h.apiVersion, 'autoscaling/v2')
       t.match(h.spec.scaleTargetRef, { apiVersion: 'apps/v1', kind: 'Deployment', name }, `${name}: the autoscaler scales its Deployment`)
@@ -277,22 +280,21 @@ t.test('each process holds only its own roles\' credentials, and the gateway non
   t.notOk(env(main(workload('gateway')), 'DATABASE_URL'), 'the gateway has no DATABASE_URL')
 })
 
-t.test('at full scale no lane role is past its CONNECTION LIMIT', async t => {
-  // Each lane pod opens max(1, floor((limit - reserved) / REPLICAS)) at boot
-  // (shared/lanes.ts), where `reserved` (<LANE>_WORKER_POOL_MAX) is what the
-  // lane leaves for the worker pods running its jobs as its role, each of which
-  // opens max(1, its own <LANE>_WORKER_POOL_MAX). So REPLICAS must be the HPA
-  // maximum, and the workers at their maximum must fit the reservation.
+t.test('at full scale, a rollout\'s surge pod included, no lane role is past its CONNECTION LIMIT', async t => {
+  // A lane's pods share what the role's limit leaves after the workers'
+  // reservation (<LANE>_WORKER_POOL_MAX) by heartbeat, each at least MIN_SHARE
+  // (shared/lane-kit/replica-share.ts): the most pods there can be, the HPA's
+  // maximum (or the fixed replicas) plus the rollout's surge, must each find it.
+  // The worker pods running the lane's jobs as its role must fit the reservation.
   for (const lane of LANE_NAMES) {
     const p = envPrefix(lane)
     const limit = LANE_DEFAULTS[lane].poolMax
-    const c = main(workload(lane))
+    const w = workload(lane)
+    const c = main(w)
     t.equal(envValue(c, `${p}POOL_MAX`), undefined, `${lane}: the role limit is the lane table's (${limit}), not overridden`)
-    const replicas = Number(envValue(c, `${p}REPLICAS`))
-    const max = hpaMax(lane)
-    t.equal(replicas, max, `${lane}: ${p}REPLICAS is the HPA's maxReplicas`)
+    t.equal(envValue(c, `${p}REPLICAS`), undefined, `${lane}: no fixed ${p}REPLICAS, the share follows the pods that run`)
+    const pods = (hpaOf(lane)?.spec.maxReplicas ?? w.obj.spec.replicas) + Number(w.obj.spec.strategy?.rollingUpdate?.maxSurge ?? 0)
     const reserved = Number(envValue(c, `${p}WORKER_POOL_MAX`) ?? (LANE_QUEUES[lane].length > 0 ? 1 : 0))
-    const perPod = Math.max(1, Math.floor((limit - reserved) / replicas))
     let workerMax = 0
     let perWorker = 0
     if (LANE_QUEUES[lane].length > 0) {
@@ -302,8 +304,8 @@ t.test('at full scale no lane role is past its CONNECTION LIMIT', async t => {
     } else {
       t.equal(reserved, 0, `${lane}: owns no queue, reserves nothing`)
     }
-    const used = max * perPod + workerMax * perWorker
-    t.ok(used <= limit, `${LANE_DEFAULTS[lane].role}: ${max} x ${perPod} + ${workerMax} x ${perWorker} = ${used} <= ${limit}`)
+    const used = pods * MIN_SHARE + reserved
+    t.ok(used <= limit, `${LANE_DEFAULTS[lane].role}: ${pods} pods x ${MIN_SHARE} + ${reserved} reserved = ${used} <= ${limit}`)
   }
 })
 
@@ -322,8 +324,10 @@ t.test('all workers together stay within jobs_ds', async t => {
 })
 
 t.test('a rollout never runs more database-holding pods than the budgets count', async t => {
-  // A surge pod at full scale would find its role's limit taken.
-  for (const w of workloads.filter(x => x.kind === 'Deployment' && env(main(x), 'DATABASE_URL'))) {
+  // The lanes' surge is counted in their shares (above); the workers' and the
+  // deck's pools are fixed per pod, so a surge pod at full scale would find
+  // its role's limit taken.
+  for (const w of workloads.filter(x => x.kind === 'Deployment' && env(main(x), 'DATABASE_URL') && !(LANE_NAMES as readonly string[]).includes(x.name))) {
     const s = w.obj.spec.strategy
     t.ok(s?.type === 'Recreate' || (s?.type === 'RollingUpdate' && [0, '0%'].includes(s.rollingUpdate?.maxSurge)), `${w.name}: maxSurge 0 or Recreate`)
   }
