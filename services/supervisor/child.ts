@@ -15,6 +15,7 @@ export interface ChildSpec {
   /** Arguments to node: the compiled entry and the process to run (services/main.ts). */
   argv: string[]
   env: Record<string, string>
+  /** Polled at start until it answers 2xx: the readiness route where the process has one. */
   healthUrl: string
   /** CPU scheduling niceness (0 = normal, 19 = lowest): the lane's priority, when the fleet shares cores. */
   nice?: number

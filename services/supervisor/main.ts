@@ -122,24 +122,27 @@ const certFile = path.join(dataDir, 'tax-certificate.json')
 // CPU is a shared resource too when the fleet shares cores: nice levels from the fleet table.
 const niceOf = (name: string): number => cfg.CPU_PRIORITIES ? NICE[fleetProcess(name).priority] : 0
 const liveUrl = (name: string, url: string): string => url + fleetProcess(name).health.live
+// "fleet is up" waits for each process to be ready where it has a readiness
+// route: a lane is ready only once warm, so the first requests find it so.
+const readyUrl = (name: string, url: string): string => url + (fleetProcess(name).health.ready ?? fleetProcess(name).health.live)
 const specs: Array<Omit<ChildSpec, 'argv'> & { process: string }> = [
   // The sandbox stands in for a remote third party: it must not compete with the fleet for the local CPU.
   { name: 'tax-sandbox', process: 'tax-sandbox', env: { TAX_SANDBOX_PORT: String(cfg.TAX_SANDBOX_PORT) }, healthUrl: liveUrl('tax-sandbox', sandboxUrl), nice: niceOf('tax-sandbox') },
   ...LANE_NAMES.map(n => {
     const l = laneLimits(n)
-    return { name: n, process: n, env: { DATABASE_URL: db.roleUrl(l.db.role), TAX_PROVIDER_URL: sandboxUrl, TAX_CERTIFICATE_FILE: certFile, [`${envPrefix(n)}PORT`]: String(l.port) }, healthUrl: liveUrl(n, laneUrl[n]!), nice: niceOf(n) }
+    return { name: n, process: n, env: { DATABASE_URL: db.roleUrl(l.db.role), TAX_PROVIDER_URL: sandboxUrl, TAX_CERTIFICATE_FILE: certFile, [`${envPrefix(n)}PORT`]: String(l.port) }, healthUrl: readyUrl(n, laneUrl[n]!), nice: niceOf(n) }
   }),
   // One worker process per lane that owns queues, so async work is isolated per lane too.
   ...workerLanes.map((lane, i) => ({
     name: `worker-${lane}`, process: 'worker',
     env: { DATABASE_URL: db.roleUrl(jobsRoleName()), [`${envPrefix(lane)}DATABASE_URL`]: db.roleUrl(laneLimits(lane).db.role), TAX_PROVIDER_URL: sandboxUrl, WORKER_QUEUES: LANE_QUEUES[lane].join(','), WORKER_PORT: String(cfg.WORKER_PORT + i), WORKER_REPLICAS: String(workerLanes.length) },
-    healthUrl: liveUrl(`worker-${lane}`, `http://127.0.0.1:${cfg.WORKER_PORT + i}`),
+    healthUrl: readyUrl(`worker-${lane}`, `http://127.0.0.1:${cfg.WORKER_PORT + i}`),
     nice: niceOf(`worker-${lane}`),
   })),
   {
     name: 'gateway', process: 'gateway',
     env: { GATEWAY_PORT: String(cfg.GATEWAY_PORT), API_KEYS_FILE: keysFile, CARD_AUTH_URL: laneUrl['card-auth']!, FRAUD_URL: laneUrl.fraud!, TAX_URL: laneUrl.tax! },
-    healthUrl: liveUrl('gateway', gatewayUrl),
+    healthUrl: readyUrl('gateway', gatewayUrl),
     nice: niceOf('gateway'),
   },
   // The admin plane: loopback only, its own DB role, polling every process above.
@@ -150,7 +153,7 @@ const specs: Array<Omit<ChildSpec, 'argv'> & { process: string }> = [
       CARD_AUTH_URL: laneUrl['card-auth']!, FRAUD_URL: laneUrl.fraud!, TAX_URL: laneUrl.tax!, GATEWAY_URL: gatewayUrl, TAX_SANDBOX_URL: sandboxUrl,
       WORKER_URLS: workerLanes.map((lane, i) => `worker-${lane}=http://127.0.0.1:${cfg.WORKER_PORT + i}`).join(','),
     },
-    healthUrl: liveUrl('deck', deckUrl),
+    healthUrl: readyUrl('deck', deckUrl),
     nice: niceOf('deck'),
   },
 ]

@@ -3,13 +3,17 @@
 // loader in any long-running process), and a SIGTERM to npm alone, as a process
 // manager stopping `npm start` sends it, drains and stops the whole fleet: npm's
 // `sh -c` passes no signal on, and it had left every process running.
+// "Up" means ready: with card-auth's role held so its pool cannot warm, the
+// supervisor does not say the fleet is up until it can.
 // (DATABASE_URL points it at the test's database instead of a second embedded server.)
 import { spawn } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import readline from 'node:readline'
+import pg from 'pg'
 import t from 'tap'
+import { laneLimits } from '../../shared/lanes.ts'
 import { testDatabase } from '../helpers/db.ts'
 import { eventually } from '../helpers/http.ts'
 import { fleetPorts, ROOT, running } from '../helpers/procs.ts'
@@ -23,7 +27,19 @@ t.teardown(() => {
   fs.rmSync(dataDir, { recursive: true, force: true })
   fs.rmSync(dist, { recursive: true, force: true })
 })
-const { env: portEnv } = await fleetPorts()
+const { env: portEnv, ports } = await fleetPorts()
+// All but one of card-auth's connections held: the lane starts and listens on
+// that one, and stays warming (alive, not ready) until the test lets go.
+const role = laneLimits('card-auth', db.env).db.role
+const [{ limit } = { limit: 0 }] = await db.query<{ limit: number }>('select rolconnlimit as limit from pg_roles where rolname = $1', [role])
+const held: pg.Client[] = []
+const release = async (): Promise<void> => { await Promise.all(held.splice(0).map(c => c.end().catch(() => {}))) }
+t.teardown(release)
+for (let i = 0; i < limit - 1; i++) {
+  const c = new pg.Client({ connectionString: db.roleUrl(role), application_name: 'npm-start-holder' })
+  await c.connect()
+  held.push(c)
+}
 const npm = process.env.npm_execpath ? [process.execPath, process.env.npm_execpath] : ['npm']
 const proc = spawn(npm[0]!, [...npm.slice(1), 'start'], {
   cwd: ROOT,
@@ -41,6 +57,19 @@ t.teardown(() => {
 })
 
 t.test('npm start runs the supervisor compiled; SIGTERM to npm alone stops the whole fleet', async t => {
+  const lane = `http://127.0.0.1:${ports.CARD_AUTH_PORT}`
+  const warming = await eventually(async () => {
+    const r = await fetch(`${lane}/health/ready`).catch(() => undefined)
+    return r?.status === 503 && ((await r.json()) as { warming?: boolean }).warming === true ? true : undefined
+  }, 120_000, 100)
+  t.ok(warming, 'card-auth listens, warming, while its role is held')
+  // Every other process alive: a supervisor that went by liveness would say "up" within its 200 ms poll.
+  const others = [ports.GATEWAY_PORT, ports.FRAUD_PORT, ports.TAX_PORT, ports.DECK_PORT, ports.WORKER_PORT, ports.WORKER_PORT + 1]
+  const alive = await eventually(async () => (await Promise.all(others.map(p => fetch(`http://127.0.0.1:${p}/health/live`).then(r => r.ok, () => false)))).every(Boolean) || undefined, 120_000, 100)
+  t.ok(alive, 'every other process alive')
+  const early = await eventually(async () => lines.some(l => l.includes('fleet is up')) || undefined, 3_000, 100)
+  t.notOk(early, 'and the fleet is not up while a lane is not ready (3 s: 15 of the supervisor\'s polls)')
+  await release()
   const up = await eventually(async () => lines.find(l => l.includes('fleet is up')), 120_000, 100)
   if (!up) return t.fail(`the fleet did not come up:\n${lines.slice(-40).join('\n')}`)
   t.ok(lines.some(l => l.includes(`compiling the fleet to ${path.relative(ROOT, dist)}/`)), 'it compiled the fleet first')
@@ -52,6 +81,7 @@ t.test('npm start runs the supervisor compiled; SIGTERM to npm alone stops the w
   t.same(cmdline(supervisor).slice(1), ['services/supervisor/start.mjs'], 'the supervisor process is `node services/supervisor/start.mjs`: no TypeScript loader')
   t.ok(fs.existsSync(path.join(dist, 'services/supervisor/main.js')), 'its code is the compiled supervisor in FLEET_DIST')
   for (const pid of pids) t.equal(cmdline(pid)[1], path.join(dist, 'services/main.js'), `child ${pid} runs the same compiled tree`)
+  t.equal((await fetch(`${lane}/health/ready`)).status, 200, 'card-auth ready once the fleet is up')
 
   const exited = new Promise<number | null>(resolve => proc.once('exit', code => resolve(code)))
   proc.kill('SIGTERM') // npm only, not its process group
