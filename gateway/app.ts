@@ -18,6 +18,7 @@ import { registerReplicaMetrics, replicaViews } from './replica-metrics.ts'
 import { laneRoutes, type ProxyCounters } from './proxy.ts'
 import type { KeySource } from './auth.ts'
 import { RETRY_GUARD_DEFAULTS, retryGuard, type RetryGuardConfig } from './retry-guard.ts'
+import { isRehearsal, type GatewayWarmUp } from './warm-up.ts'
 
 export interface GatewayConfig {
   limits: Record<LaneName, LaneLimits>
@@ -32,6 +33,8 @@ export interface GatewayConfig {
   logger?: FastifyServerOptions['logger']
   /** How lane replicas are found, checked, ejected and ramped (upstreams.ts). */
   balancing?: Omit<BalancingOptions, 'onChange'>
+  /** The gateway's warm-up (warm-up.ts): unready until it is done; none, ready at once. */
+  warmUp?: GatewayWarmUp
 }
 
 export async function buildApp (cfg: GatewayConfig) {
@@ -87,19 +90,21 @@ export async function buildApp (cfg: GatewayConfig) {
   }
 
   const ops = { schema: { hide: true }, config: { pressureHandler: () => undefined } }
-  registerProcessOps(app, { registry, routeOptions: ops, notReady: () => cfg.keys.problem() })
+  registerProcessOps(app, { registry, routeOptions: ops, notReady: () => cfg.keys.problem() ?? (cfg.warmUp?.done === false ? 'warming up' : undefined) })
   app.get('/openapi.json', ops, async () => app.swagger())
   // Each lane's replicas as balanced here (the deck's lane tiles show them), and
   // the gateway's RSS, as its /health/live reports it (the deck polls this instead).
   app.get('/status', ops, async () => ({ lanes: replicaViews(upstreams), pid: process.pid, rssBytes: process.memoryUsage.rss() }))
 
   app.addHook('onResponse', (req, reply, done) => {
+    // The warm-up's own requests are not traffic.
+    if (isRehearsal(req)) { done(); return }
     const spec = req.routeOptions.config as { lane?: string }
     duration.observe({ lane: spec.lane ?? 'none', route: req.routeOptions.url ?? 'unmatched', status_code: String(reply.statusCode) }, reply.elapsedTime / 1000)
     done()
   })
 
-  await app.register(laneRoutes, { upstreams, keys: cfg.keys, rejected, counters })
+  await app.register(laneRoutes, { upstreams, keys: cfg.warmUp?.keySource(cfg.keys) ?? cfg.keys, warmUp: cfg.warmUp, rejected, counters })
   app.addHook('onClose', async () => { await closeUpstreams(upstreams) })
   // Names resolved and every replica checked once before the gateway serves.
   await startUpstreams(upstreams)

@@ -19,6 +19,10 @@ export const GATEWAY_ENV = Type.Object({
   GATEWAY_EJECT_MS: Type.Integer({ default: BALANCING_DEFAULTS.ejectMs, minimum: 0, maximum: 600_000 }),
   GATEWAY_EJECT_MAX_MS: Type.Integer({ default: BALANCING_DEFAULTS.ejectMaxMs, minimum: 0, maximum: 3_600_000 }),
   GATEWAY_SLOW_START_MS: Type.Integer({ default: BALANCING_DEFAULTS.slowStartMs, minimum: 0, maximum: 600_000 }),
+  // Authorizations the gateway sends itself, rolled back by card-auth, before it reports ready (gateway/warm-up.ts); 0: none.
+  GATEWAY_WARM_UP_REQUESTS: Type.Integer({ default: 2_000, minimum: 0, maximum: 100_000 }),
+  // How long the warm-up waits for a ready card-auth replica before the gateway turns ready cold.
+  GATEWAY_WARM_UP_WAIT_MS: Type.Integer({ default: 30_000, minimum: 0, maximum: 600_000 }),
   GATEWAY_PRESSURE_MAX_EVENT_LOOP_DELAY_MS: Type.Integer({ default: 500, minimum: 10, maximum: 600_000 }),
   GATEWAY_PRESSURE_MAX_HEAP_BYTES: Type.Integer({ default: 1_536 * 1024 * 1024, minimum: 0, maximum: 2 ** 48 }),
   GATEWAY_PRESSURE_MAX_RSS_BYTES: Type.Integer({ default: 2_048 * 1024 * 1024, minimum: 0, maximum: 2 ** 48 }),

@@ -10,6 +10,8 @@ import { AppError } from '../shared/errors.ts'
 import { saturationError, type LaneName } from '../shared/lanes.ts'
 import { panFields } from '../shared/pan.ts'
 import { authenticate, type KeySource } from './auth.ts'
+import { isRehearsal, type GatewayWarmUp } from './warm-up.ts'
+import { WARM_UP_HEADER } from '../shared/lane-kit/warm-up.ts'
 import { ROUTES, type RouteSpec } from './classify.ts'
 import type { Replica } from './replica-set.ts'
 import { LANE_ANSWER_MAX_BYTES, type Upstream } from './upstreams.ts'
@@ -21,6 +23,8 @@ const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/
 export interface LaneRoutesOptions {
   upstreams: Record<LaneName, Upstream>
   keys: KeySource
+  /** The gateway's own warm-up (warm-up.ts): marks its requests as rehearsals (its key is in `keys` while it runs). */
+  warmUp?: GatewayWarmUp
   /** bulkhead_rejection_total: what the gateway refuses on a lane's behalf. */
   rejected: client.Counter<'lane' | 'reason'>
   counters: ProxyCounters
@@ -49,7 +53,9 @@ export const laneRoutes: FastifyPluginAsync<LaneRoutesOptions> = async (app, opt
       },
       // Identity, Idempotency-Key and the retry guard come before the body is even parsed.
       onRequest: async req => {
-        ;(req as FastifyRequest & { clientId?: string }).clientId = authenticate(req, opts.keys)
+        const clientId = authenticate(req, opts.keys)
+        ;(req as FastifyRequest & { clientId?: string }).clientId = clientId
+        opts.warmUp?.claim(req, clientId)
         if (spec.method === 'POST') {
           const key = req.headers['idempotency-key']
           if (typeof key !== 'string' || !IDEMPOTENCY_KEY.test(key)) throw new AppError('ERR_IDEMPOTENCY_KEY_REQUIRED', { detail: 'Idempotency-Key header (1-255 visible ASCII characters) is required on POST' })
@@ -177,6 +183,8 @@ async function proxy (req: FastifyRequest, reply: FastifyReply, spec: RouteSpec,
     }
     const key = req.headers['idempotency-key']
     if (typeof key === 'string') headers['idempotency-key'] = key
+    // Only the gateway's own warm-up marks a request so; a client's header of that name is never passed on.
+    if (isRehearsal(req)) headers[WARM_UP_HEADER] = '1'
     let body: string | undefined
     if (spec.method === 'POST') { headers['content-type'] = 'application/json'; body = (req as FastifyRequest & { rawBody?: string }).rawBody ?? JSON.stringify(req.body) }
     const opts = { method: spec.method, path: req.url, headers, body }

@@ -49,7 +49,8 @@ t.test('alone, two, one stopped, one killed: each pool its share, the role never
   t.ok(await until(b, { max: half, replicas: 2 }), 'and the second grows to it')
   t.ok(await eventually(async () => (await status(b)).pool.total === half, 20_000, 100), 'the second opened its share')
   t.ok((await status(a)).pool.total <= half, 'the first closed what it gave up')
-  const warm = b.log.map(l => { try { return JSON.parse(l) as { msg?: string, warmed?: number } } catch { return {} } }).find(o => o.msg === 'warm: ready')
+  // The pool is open before the hot path has run and the line is written: wait for the line.
+  const warm = await eventually(async () => b.log.map(l => { try { return JSON.parse(l) as { msg?: string, warmed?: number } } catch { return {} } }).find(o => o.msg === 'warm: ready'), 20_000, 50)
   t.equal(warm?.warmed, half, 'the second warmed its whole share before it reported ready')
 
   await b.kill('SIGTERM')

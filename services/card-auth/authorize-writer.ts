@@ -21,6 +21,8 @@ export interface AuthorizeInput {
   cardToken: string
   amount: number
   currency: string
+  /** A warm-up's rehearsal (lane-kit/warm-up.ts): written by the same batch statement, then rolled back. */
+  rehearsal?: boolean
 }
 
 export type AuthorizeOutput = AuthorizationRow & { fingerprint: string, replayed: boolean, in_progress: boolean }
@@ -49,6 +51,7 @@ export function authorizeWriter (databaseUrl: string, log: { warn (o: object, m:
     databaseUrl,
     log,
     delayMs,
+    rehearsal: x => x.rehearsal === true,
     async write (c: pg.Client, xs: readonly AuthorizeInput[]) {
       const { rows } = await c.query<BatchOutput & { ord: number }>({ ...AUTHORIZE_BATCH, values: PARAMS.map(k => xs.map(x => x[k])) })
       const out = new Array<BatchOutput>(xs.length)

@@ -11,6 +11,7 @@ import { AppError } from '../../shared/errors.ts'
 import { newId } from '../../shared/ids.ts'
 import type { LaneKit } from '../../shared/lane-kit/build-lane-app.ts'
 import { clientIdOf, fingerprint, idempotencyKeyOf, replay } from '../../shared/lane-kit/request-context.ts'
+import { WARM_UP_HEADER } from '../../shared/lane-kit/warm-up.ts'
 import type { LaneRejectReason } from '../../shared/metrics.ts'
 import { AUTHORIZATION_COLUMNS, authorizationBody, type AuthorizationRow } from './authorization.ts'
 import { saturationError } from '../../shared/lanes.ts'
@@ -24,16 +25,20 @@ export const cardAuthRoutes = (writer: AuthorizeWriter) => (app: FastifyInstance
   const authorize: LaneHandler = async (req: FastifyRequest, exec) => {
     const body = req.body as AuthorizationRequest
     const fp = fingerprint(body)
+    // The gateway's warm-up runs this path in full, and the writer rolls it back.
+    const rehearsal = req.headers[WARM_UP_HEADER] !== undefined
     const input: AuthorizeInput = {
       id: newId(), clientId: clientIdOf(req), key: idempotencyKeyOf(req), fingerprint: fp,
-      merchantId: body.merchantId, cardToken: body.cardToken, amount: body.amount.value, currency: body.amount.currency,
+      merchantId: body.merchantId, cardToken: body.cardToken, amount: body.amount.value, currency: body.amount.currency, rehearsal,
     }
     let row: AuthorizeOutput | undefined
     try {
       const r = await writer.submit(input, exec.cancel)
       if (!r.busy) row = r
+      else if (rehearsal) throw new Error('a rehearsal\'s card account is held elsewhere')
     } catch (err) {
-      if (exec.cancel.aborted) throw err
+      // A rehearsal is never written alone: that write would not be rolled back.
+      if (exec.cancel.aborted || rehearsal) throw err
       // Its batch failed (one bad element fails them all, or the writer lost its
       // connection): this one alone on the lane's pool. If the batch did commit
       // after all, the key's row is found (a replay) or still locked (409).

@@ -44,6 +44,13 @@ export interface GroupCommitOptions<I, O> {
   maxPending?: number
   timeoutMs?: number
   log: { warn (o: object, m: string): void }
+  /**
+   * Whether an item is a rehearsal (a warm-up's, lane-kit/warm-up.ts): such
+   * items are batched only with each other, and their batch runs inside a
+   * transaction that is rolled back, so the same code and statement run and
+   * nothing is written.
+   */
+  rehearsal? (item: I): boolean
 }
 
 /** A shed answer written by a batch, keyed by its client's Idempotency-Key. */
@@ -77,7 +84,7 @@ export class GroupCommitFull extends Error {
 interface Pending<I, O> { item: I, resolve (o: O): void, reject (e: unknown): void, aborted?: boolean }
 
 export class GroupCommit<I, O> {
-  readonly #o: Required<Omit<GroupCommitOptions<I, O>, 'log'>> & Pick<GroupCommitOptions<I, O>, 'log'>
+  readonly #o: Required<Omit<GroupCommitOptions<I, O>, 'log' | 'rehearsal'>> & Pick<GroupCommitOptions<I, O>, 'log' | 'rehearsal'>
   #queue: Array<Pending<I, O>> = []
   #client: pg.Client | undefined
   #connecting: Promise<pg.Client> | undefined
@@ -115,6 +122,17 @@ export class GroupCommit<I, O> {
     })
   }
 
+  /** How many items at the queue's head go in the next batch: up to maxBatch, rehearsals never with real writes. */
+  #sameKind (): number {
+    const n = Math.min(this.#queue.length, this.#o.maxBatch)
+    const is = this.#o.rehearsal
+    if (!is) return n
+    const first = is(this.#queue[0]!.item)
+    let i = 1
+    while (i < n && is(this.#queue[i]!.item) === first) i++
+    return i
+  }
+
   #abandon (p: Pending<I, O>, reason: unknown): void {
     const queued = this.#queue.indexOf(p)
     if (queued >= 0) this.#queue.splice(queued, 1)
@@ -135,12 +153,12 @@ export class GroupCommit<I, O> {
         const wait = this.#lastBatch >= this.#o.delayFrom ? this.#o.delayMs - (performance.now() - this.#oldestAt) : 0
         await new Promise(resolve => wait >= 1 ? setTimeout(resolve, wait) : setImmediate(resolve))
         if (this.#queue.length === 0) break
-        const batch = this.#queue.splice(0, this.#o.maxBatch)
+        const batch = this.#queue.splice(0, this.#sameKind())
         this.#lastBatch = batch.length
         if (this.#queue.length > 0) this.#oldestAt = performance.now()
         this.#inflight = batch
         try {
-          const out = await this.#commit(batch.map(p => p.item))
+          const out = await this.#commit(batch.map(p => p.item), this.#o.rehearsal?.(batch[0]!.item) === true)
           this.stats.batches++
           this.stats.items += batch.length
           batch.forEach((p, i) => p.resolve(out[i]!))
@@ -174,13 +192,19 @@ export class GroupCommit<I, O> {
     return this.#connecting
   }
 
-  async #commit (items: readonly I[]): Promise<O[]> {
+  async #commit (items: readonly I[], rehearsal: boolean): Promise<O[]> {
     let timer: NodeJS.Timeout | undefined
     let timedOut = false
     let client: pg.Client | undefined
     const work = (async () => {
       client = await this.#connection()
-      return await this.#o.write(client, items)
+      if (!rehearsal) return await this.#o.write(client, items)
+      await client.query('begin')
+      try {
+        return await this.#o.write(client, items)
+      } finally {
+        await client.query('rollback')
+      }
     })()
     try {
       return await Promise.race([work, new Promise<never>((_resolve, reject) => {

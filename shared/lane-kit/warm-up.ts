@@ -5,8 +5,10 @@
 import type { FastifyInstance } from 'fastify'
 
 /**
- * Marks the warm-up's request, which the lane's metrics leave out. The gateway
- * sends a lane only the headers it names (gateway/proxy.ts), never this one.
+ * Marks a warm-up's request, which the lane's metrics leave out: the lane's own
+ * read, and the gateway's warm-up authorizations (gateway/warm-up.ts), which
+ * card-auth's writer rehearses and rolls back. The gateway sends a lane only
+ * the headers it names (gateway/proxy.ts), this one only on its own warm-up's.
  */
 export const WARM_UP_HEADER = 'x-watertight-warm-up'
 

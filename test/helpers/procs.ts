@@ -68,9 +68,13 @@ export function compiled (script: string): string {
  */
 export async function startProcess (t: Test, name: string, script: string, env: Record<string, string>, opts: { timeoutMs?: number, args?: string[] } = {}): Promise<Proc> {
   const node = [compiled(script)]
+  // A gateway's warm-up (gateway/warm-up.ts) would send its lanes authorizations
+  // beside a test's own traffic: off unless a test asks for it
+  // (test/gateway-warm-up.test.ts); npm start's fleets keep the default.
+  const defaults = name === 'gateway' ? { GATEWAY_WARM_UP_REQUESTS: '0' } : {}
   const proc = spawn(process.execPath, [...node, ...(opts.args ?? [])], {
     cwd: ROOT,
-    env: { ...process.env, LOG_LEVEL: 'info', ...env },
+    env: { ...process.env, LOG_LEVEL: 'info', ...defaults, ...env },
     // The IPC channel is how every fleet process learns its parent is gone
     // (it drains and exits on 'disconnect'), so a test file that crashes or is
     // killed leaves nothing running.
