@@ -68,12 +68,16 @@ export async function buildApp (cfg: GatewayConfig) {
   // requests only adds latency to every lane's traffic. The capacity it names is
   // what it normally carries at once: the sum of its per-lane in-flight caps.
   const overloaded = rateLimitFields({ name: 'gateway', quota: Object.values(upstreams).reduce((n, u) => n + u.cap, 0), windowSeconds: 1, resetSeconds: 1 })
+  // The warm-up's requests are known before the gateway's shedding looks at them (warm-up.ts).
+  const warmUp = cfg.warmUp
+  if (warmUp && !warmUp.done) app.addHook('onRequest', (req, _reply, done) => { warmUp.claim(req); done() })
   await app.register(underPressure, {
     maxEventLoopDelay: cfg.maxEventLoopDelayMs ?? 500,
     maxHeapUsedBytes: cfg.maxHeapUsedBytes ?? 0,
     maxRssBytes: cfg.maxRssBytes ?? 0,
     retryAfter: 1,
-    pressureHandler: (_req, reply, type) => {
+    pressureHandler: (req, reply, type) => {
+      if (isRehearsal(req)) return undefined
       shed.inc({ reason: 'under_pressure' })
       return problemReply(reply, new AppError('ERR_GATEWAY_OVERLOADED', { detail: `gateway under pressure (${type})`, headers: overloaded.headers, extensions: overloaded.extensions })) as unknown as void
     },
@@ -104,7 +108,7 @@ export async function buildApp (cfg: GatewayConfig) {
     done()
   })
 
-  await app.register(laneRoutes, { upstreams, keys: cfg.warmUp?.keySource(cfg.keys) ?? cfg.keys, warmUp: cfg.warmUp, rejected, counters })
+  await app.register(laneRoutes, { upstreams, keys: cfg.warmUp?.keySource(cfg.keys) ?? cfg.keys, rejected, counters })
   app.addHook('onClose', async () => { await closeUpstreams(upstreams) })
   // Names resolved and every replica checked once before the gateway serves.
   await startUpstreams(upstreams)

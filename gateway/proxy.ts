@@ -10,7 +10,7 @@ import { AppError } from '../shared/errors.ts'
 import { saturationError, type LaneName } from '../shared/lanes.ts'
 import { panFields } from '../shared/pan.ts'
 import { authenticate, type KeySource } from './auth.ts'
-import { isRehearsal, type GatewayWarmUp } from './warm-up.ts'
+import { isRehearsal } from './warm-up.ts'
 import { WARM_UP_HEADER } from '../shared/lane-kit/warm-up.ts'
 import { ROUTES, type RouteSpec } from './classify.ts'
 import type { Replica } from './replica-set.ts'
@@ -23,8 +23,6 @@ const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/
 export interface LaneRoutesOptions {
   upstreams: Record<LaneName, Upstream>
   keys: KeySource
-  /** The gateway's own warm-up (warm-up.ts): marks its requests as rehearsals (its key is in `keys` while it runs). */
-  warmUp?: GatewayWarmUp
   /** bulkhead_rejection_total: what the gateway refuses on a lane's behalf. */
   rejected: client.Counter<'lane' | 'reason'>
   counters: ProxyCounters
@@ -55,7 +53,6 @@ export const laneRoutes: FastifyPluginAsync<LaneRoutesOptions> = async (app, opt
       onRequest: async req => {
         const clientId = authenticate(req, opts.keys)
         ;(req as FastifyRequest & { clientId?: string }).clientId = clientId
-        opts.warmUp?.claim(req, clientId)
         if (spec.method === 'POST') {
           const key = req.headers['idempotency-key']
           if (typeof key !== 'string' || !IDEMPOTENCY_KEY.test(key)) throw new AppError('ERR_IDEMPOTENCY_KEY_REQUIRED', { detail: 'Idempotency-Key header (1-255 visible ASCII characters) is required on POST' })

@@ -54,9 +54,14 @@ export class GatewayWarmUp {
     return { ...keys, lookup: h => h === this.#hash && this.#hash !== undefined ? WARM_UP_CLIENT : keys.lookup(h) }
   }
 
-  /** Marks `req` a rehearsal if it was authenticated by the warm-up's key (a client named as the warm-up is not). */
-  claim (req: FastifyRequest, clientId: string): void {
-    if (clientId !== WARM_UP_CLIENT || this.#key === undefined) return
+  /**
+   * Marks `req` a rehearsal if it carries the warm-up's key. Run before
+   * anything else sees the request (the gateway's own shedding included): a
+   * gateway that starts on a starved host lags in its first second, and its
+   * unready warm-up, which no client is waiting on, must not be shed as traffic.
+   */
+  claim (req: FastifyRequest): void {
+    if (this.#key === undefined) return
     const h = Buffer.from(String(req.headers.authorization))
     const k = Buffer.from(`Bearer ${this.#key}`)
     if (h.length === k.length && crypto.timingSafeEqual(h, k)) (req as Marked)[REHEARSAL] = true

@@ -16,6 +16,8 @@ export interface Fleet {
   lanes: Partial<Record<LaneName, Proc>>
   gateway: Proc
   apiKey: string
+  /** The gateway's API key file (a second gateway can share it). */
+  keysFile: string
   /** A key for another client; live once the gateway reloads its key file (within 2 s). */
   addClient (clientId: string): Promise<string>
   /** POST/GET through the gateway as the test client. */
@@ -48,7 +50,7 @@ export async function startFleet (t: Test, db: TestDb, opts: { lanes?: LaneName[
   await untilServing(gateway.url)
   let n = 0
   return {
-    sandbox, lanes, gateway, apiKey, startLane,
+    sandbox, lanes, gateway, apiKey, keysFile, startLane,
     addClient: async clientId => {
       const key = createKey(keysFile, clientId)
       const until = Date.now() + 10_000
