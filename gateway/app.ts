@@ -2,7 +2,7 @@
 // numbers, validate at the edge, then proxy to the lane that owns the route.
 // It holds no database connection and no lane state; the lane, not the gateway,
 // decides admission.
-import type { FastifyServerOptions } from 'fastify'
+import type { FastifyInstance, FastifyServerOptions } from 'fastify'
 import swagger from '@fastify/swagger'
 import underPressure from '@fastify/under-pressure'
 import client from 'prom-client'
@@ -17,7 +17,8 @@ import { BALANCING_DEFAULTS, createUpstreams, closeUpstreams, startUpstreams, ty
 import { registerReplicaMetrics, replicaViews } from './replica-metrics.ts'
 import { laneRoutes, type ProxyCounters } from './proxy.ts'
 import type { KeySource } from './auth.ts'
-import { RETRY_GUARD_DEFAULTS, retryGuard, type RetryGuardConfig } from './retry-guard.ts'
+import { RETRY_GUARD_DEFAULTS, retryGuard, type RetryGuardConfig, type RetryGuardOptions } from './retry-guard.ts'
+import { RedisGuardStore } from './guard-store.ts'
 import { isRehearsal, type GatewayWarmUp } from './warm-up.ts'
 
 export interface GatewayConfig {
@@ -35,6 +36,8 @@ export interface GatewayConfig {
   balancing?: Omit<BalancingOptions, 'onChange'>
   /** The gateway's warm-up (warm-up.ts): unready until it is done; none, ready at once. */
   warmUp?: GatewayWarmUp
+  /** The retry guard's counters in Redis (guard-store.ts); none: in this process only. */
+  sharedStore?: { url: string, budgetMs: number, replicas: number }
 }
 
 export async function buildApp (cfg: GatewayConfig) {
@@ -84,7 +87,10 @@ export async function buildApp (cfg: GatewayConfig) {
   })
   // A request can be in flight to a lane for its deadline, the gateway's extra second and a connect (upstreams.ts).
   const maxInFlightMs = Math.max(...Object.values(cfg.limits).map(l => l.deadlineMs)) + 2_000
-  await app.register(retryGuard, { config: cfg.retry ?? RETRY_GUARD_DEFAULTS, onBlock: reason => blocked.inc({ reason }), maxInFlightMs })
+  const retry = cfg.retry ?? RETRY_GUARD_DEFAULTS
+  const shared = sharedGuardStore(app, registry, cfg, retry, maxInFlightMs)
+  await shared?.store.connected(2_000)
+  await app.register(retryGuard, { config: retry, onBlock: reason => blocked.inc({ reason }), maxInFlightMs, shared })
   // The fleet's one rejection counter, by lane and reason: what the gateway refuses
   // on a lane's behalf (retry storms, a lane down, its cap full) counts there too.
   const rejected = new client.Counter({ name: 'bulkhead_rejection_total', help: 'Requests rejected before reaching the lane, by reason', labelNames: ['lane', 'reason'], registers: [registry] })
@@ -113,4 +119,27 @@ export async function buildApp (cfg: GatewayConfig) {
   // Names resolved and every replica checked once before the gateway serves.
   await startUpstreams(upstreams)
   return { app, registry, upstreams }
+}
+
+/**
+ * The shared store of the retry guard's counters, with what an operator sees of
+ * it: a gauge that says whether decisions are shared, a counter of those made
+ * here alone, and one log line each time it goes and comes back.
+ */
+function sharedGuardStore (app: FastifyInstance, registry: client.Registry, cfg: GatewayConfig, retry: RetryGuardConfig, holdMs: number): RetryGuardOptions['shared'] {
+  const s = cfg.sharedStore
+  if (s === undefined) return undefined
+  const share = Math.max(1, Math.floor(retry.perKeyAttempts / s.replicas))
+  const store = new RedisGuardStore({
+    url: s.url,
+    budgetMs: s.budgetMs,
+    onChange: (isUp, reason) => {
+      if (isUp) app.log.info('retry guard store back: limits shared by every gateway replica again')
+      else app.log.warn({ reason, replicas: s.replicas }, `retry guard store unavailable: this replica enforces its share of each limit alone (1/${s.replicas}: ${share} attempts per key per window)`)
+    },
+  }, { ...retry, holdMs })
+  new client.Gauge({ name: 'gateway_retry_guard_store_up', help: 'Whether the retry guard\'s shared store (REDIS_URL) is deciding: 1, or 0 while this replica decides alone', registers: [registry], collect () { this.set(store.up ? 1 : 0) } })
+  const local = new client.Counter({ name: 'gateway_retry_guard_local_decisions_total', help: 'Requests the retry guard decided in this replica alone because its shared store was unavailable', registers: [registry] })
+  app.addHook('onClose', async () => { await store.close() })
+  return { store, replicas: s.replicas, onLocal: () => local.inc() }
 }

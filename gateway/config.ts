@@ -26,6 +26,12 @@ export const GATEWAY_ENV = Type.Object({
   GATEWAY_PRESSURE_MAX_EVENT_LOOP_DELAY_MS: Type.Integer({ default: 500, minimum: 10, maximum: 600_000 }),
   GATEWAY_PRESSURE_MAX_HEAP_BYTES: Type.Integer({ default: 1_536 * 1024 * 1024, minimum: 0, maximum: 2 ** 48 }),
   GATEWAY_PRESSURE_MAX_RSS_BYTES: Type.Integer({ default: 2_048 * 1024 * 1024, minimum: 0, maximum: 2 ** 48 }),
+  // The retry guard's counters in Redis, shared by every gateway replica (gateway/guard-store.ts); empty: in this process only.
+  REDIS_URL: Type.String({ default: '', pattern: '^(rediss?://.+)?$' }),
+  // The most a request waits on that store before this replica decides alone (ms).
+  RETRY_STORE_BUDGET_MS: Type.Integer({ default: 5, minimum: 1, maximum: 1_000 }),
+  // How many gateway replicas share the limits: while the store is out each enforces 1/N of each.
+  GATEWAY_REPLICAS: Type.Integer({ default: 1, minimum: 1, maximum: 1_000 }),
   RETRY_PER_KEY_ATTEMPTS: Type.Integer({ default: RETRY_GUARD_DEFAULTS.perKeyAttempts, minimum: 1, maximum: 100 }),
   RETRY_WINDOW_MS: Type.Integer({ default: RETRY_GUARD_DEFAULTS.windowMs, minimum: 100, maximum: 3_600_000 }),
   RETRY_BUDGET_RATIO: Type.Number({ default: RETRY_GUARD_DEFAULTS.budgetRatio, minimum: 0, maximum: 1 }),

@@ -10,13 +10,21 @@
 // (discard port), so a first attempt gets 503 ERR_LANE_UNAVAILABLE, Retry-After: 5.
 import t from 'tap'
 import { dropOldest, SlidingLog } from '../gateway/sliding-log.ts'
-import { startLoneGateway } from './helpers/gateway.ts'
+import { startLoneGateway, type LoneGateway } from './helpers/gateway.ts'
 import { sleep, type Res } from './helpers/http.ts'
+import { startRedis } from './helpers/redis.ts'
 
 const W = 2_000
 const MAX = 4
 
-const gw = await startLoneGateway(t, { RETRY_WINDOW_MS: String(W) })
+// Both stores of the counters: this process's memory, and Redis (guard-store.ts)
+// with a budget far above the default, so a busy test host does not turn a
+// decision local; the limits are the same either way.
+const redis = await startRedis(t)
+const gateways = {
+  memory: await startLoneGateway(t, { RETRY_WINDOW_MS: String(W) }),
+  redis: await startLoneGateway(t, { RETRY_WINDOW_MS: String(W), REDIS_URL: redis.url, RETRY_STORE_BUDGET_MS: '250' }),
+}
 
 interface Attempt { sentAt: number, res: Res }
 const admitted = (a: Attempt): boolean => a.res.status === 400 && a.res.body?.code === 'ERR_VALIDATION'
@@ -111,7 +119,7 @@ t.test('dropOldest drops the oldest entries first, and stops when the map is emp
   t.equal(m.size, 0, 'more than there are: all of them, no error')
 })
 
-async function storm (key: string, pattern: number[]): Promise<Attempt[]> {
+async function storm (gw: LoneGateway, key: string, pattern: number[]): Promise<Attempt[]> {
   const out: Attempt[] = []
   const t0 = performance.now()
   for (const at of pattern) {
@@ -123,55 +131,57 @@ async function storm (key: string, pattern: number[]): Promise<Attempt[]> {
   return out
 }
 
-t.test('through the gateway: at most 4 attempts of a key in any window, also across a window edge', async t => {
-  // Edge: one attempt, then from 0.6 W one every W/16 for 2 W. A window fixed at
-  // the first attempt admits 3 more before its end and 4 again right after it.
-  const edge = [0, ...Array.from({ length: 32 }, (_, i) => 0.6 * W + i * W / 16)]
-  // Steady: one every W/8 for 3 W, never backing off.
-  const steady = Array.from({ length: 24 }, (_, i) => i * W / 8)
-  const [a, b] = await Promise.all([storm(`edge-${process.pid}`, edge), storm(`steady-${process.pid}`, steady)])
-  for (const [name, attempts] of [['edge', a], ['steady', b]] as const) {
-    const odd = attempts.filter(x => !admitted(x) && !refused(x)).map(x => `${x.res.status} ${x.res.body?.code}`)
-    t.same(odd, [], `${name}: every attempt was either let through or refused as a retry storm`)
-    const times = attempts.filter(admitted).map(x => x.sentAt)
-    t.ok(busiestWindow(times, W) <= MAX, `${name}: no ${W} ms window holds more than ${MAX} admitted attempts (busiest: ${busiestWindow(times, W)}, admitted ${times.length} of ${attempts.length})`)
-    t.same(attempts.slice(0, MAX).map(admitted), [true, true, true, true], `${name}: the first try and 3 retries got through`)
-  }
-  t.equal(b.filter(admitted).length, MAX, 'retrying without backoff for 3 windows got 4 attempts through in all, not 4 per window')
+for (const [store, gw] of Object.entries(gateways)) {
+  t.test(`${store}: through the gateway: at most 4 attempts of a key in any window, also across a window edge`, async t => {
+    // Edge: one attempt, then from 0.6 W one every W/16 for 2 W. A window fixed at
+    // the first attempt admits 3 more before its end and 4 again right after it.
+    const edge = [0, ...Array.from({ length: 32 }, (_, i) => 0.6 * W + i * W / 16)]
+    // Steady: one every W/8 for 3 W, never backing off.
+    const steady = Array.from({ length: 24 }, (_, i) => i * W / 8)
+    const [a, b] = await Promise.all([storm(gw, `edge-${store}-${process.pid}`, edge), storm(gw, `steady-${store}-${process.pid}`, steady)])
+    for (const [name, attempts] of [['edge', a], ['steady', b]] as const) {
+      const odd = attempts.filter(x => !admitted(x) && !refused(x)).map(x => `${x.res.status} ${x.res.body?.code}`)
+      t.same(odd, [], `${name}: every attempt was either let through or refused as a retry storm`)
+      const times = attempts.filter(admitted).map(x => x.sentAt)
+      t.ok(busiestWindow(times, W) <= MAX, `${name}: no ${W} ms window holds more than ${MAX} admitted attempts (busiest: ${busiestWindow(times, W)}, admitted ${times.length} of ${attempts.length})`)
+      t.same(attempts.slice(0, MAX).map(admitted), [true, true, true, true], `${name}: the first try and 3 retries got through`)
+    }
+    t.equal(b.filter(admitted).length, MAX, 'retrying without backoff for 3 windows got 4 attempts through in all, not 4 per window')
 
-  // When to come back: RateLimit t= is when there is room again, Retry-After (which wins) never less than 5 s.
-  const lastA = a.at(-1)!.res
-  const lastB = b.at(-1)!.res
-  for (const r of [lastA, lastB]) {
-    t.ok(Number(r.headers['retry-after']) >= 5, `Retry-After ${r.headers['retry-after']} s, at least the spec's 5`)
-    t.match(r.headers['ratelimit-policy'], `"retry-storm";q=${MAX};w=${W / 1000}`, 'the policy: 4 attempts per window')
-    t.same(r.body['violated-policies'], ['retry-storm'])
-  }
-  const reset = (r: Res): number => Number(/;t=(\d+)/.exec(r.headers.ratelimit ?? '')?.[1])
-  t.ok(reset(lastA) >= 1 && reset(lastA) <= Number(lastA.headers['retry-after']), `RateLimit t=${reset(lastA)} within Retry-After`)
-  const [againA, againB] = await Promise.all([
-    sleep(Number(lastA.headers['retry-after']) * 1000).then(() => storm(`edge-${process.pid}`, [0])),
-    sleep(Number(lastB.headers['retry-after']) * 1000).then(() => storm(`steady-${process.pid}`, [0])),
-  ])
-  t.ok(admitted(againA![0]!), `after waiting Retry-After ${lastA.headers['retry-after']} s the next attempt gets through`)
-  t.ok(admitted(againB![0]!), `after waiting Retry-After ${lastB.headers['retry-after']} s the next attempt gets through`)
-})
+    // When to come back: RateLimit t= is when there is room again, Retry-After (which wins) never less than 5 s.
+    const lastA = a.at(-1)!.res
+    const lastB = b.at(-1)!.res
+    for (const r of [lastA, lastB]) {
+      t.ok(Number(r.headers['retry-after']) >= 5, `Retry-After ${r.headers['retry-after']} s, at least the spec's 5`)
+      t.match(r.headers['ratelimit-policy'], `"retry-storm";q=${MAX};w=${W / 1000}`, 'the policy: 4 attempts per window')
+      t.same(r.body['violated-policies'], ['retry-storm'])
+    }
+    const reset = (r: Res): number => Number(/;t=(\d+)/.exec(r.headers.ratelimit ?? '')?.[1])
+    t.ok(reset(lastA) >= 1 && reset(lastA) <= Number(lastA.headers['retry-after']), `RateLimit t=${reset(lastA)} within Retry-After`)
+    const [againA, againB] = await Promise.all([
+      sleep(Number(lastA.headers['retry-after']) * 1000).then(() => storm(gw, `edge-${store}-${process.pid}`, [0])),
+      sleep(Number(lastB.headers['retry-after']) * 1000).then(() => storm(gw, `steady-${store}-${process.pid}`, [0])),
+    ])
+    t.ok(admitted(againA![0]!), `after waiting Retry-After ${lastA.headers['retry-after']} s the next attempt gets through`)
+    t.ok(admitted(againB![0]!), `after waiting Retry-After ${lastB.headers['retry-after']} s the next attempt gets through`)
+  })
 
-t.test('a retry sooner than the Retry-After its key was given is refused unprocessed; one after it goes through', async t => {
-  const key = `backoff-${process.pid}`
-  const quote = () => gw.post('/v1/tax/quotes', { jurisdiction: 'DE', amount: { value: 1, currency: 'EUR' } }, key)
-  const first = await quote()
-  t.equal(first.body.code, 'ERR_LANE_UNAVAILABLE', 'the first attempt reached the (down) lane')
-  const retryAfter = Number(first.headers['retry-after'])
-  t.equal(retryAfter, 5, 'and was told Retry-After: 5')
-  const early = await quote()
-  t.equal(early.status, 429, 'an immediate retry is refused')
-  t.match(early.body, { code: 'ERR_RETRY_STORM_BLOCKED', reason: 'retry_early', 'violated-policies': ['retry-after'] })
-  t.ok(Number(early.headers['retry-after']) >= 4, `and told again when to come back (Retry-After ${early.headers['retry-after']})`)
-  // A client that honours it: waits the Retry-After of its last answer.
-  await sleep(Number(early.headers['retry-after']) * 1000)
-  const later = await quote()
-  t.equal(later.body.code, 'ERR_LANE_UNAVAILABLE', 'a retry after the Retry-After is let through')
-  const other = await gw.post('/v1/tax/quotes', { jurisdiction: 'DE', amount: { value: 1, currency: 'EUR' } }, `other-${process.pid}`)
-  t.equal(other.body.code, 'ERR_LANE_UNAVAILABLE', 'another key of the same client is not held back')
-})
+  t.test(`${store}: a retry sooner than the Retry-After its key was given is refused unprocessed; one after it goes through`, async t => {
+    const key = `backoff-${store}-${process.pid}`
+    const quote = () => gw.post('/v1/tax/quotes', { jurisdiction: 'DE', amount: { value: 1, currency: 'EUR' } }, key)
+    const first = await quote()
+    t.equal(first.body.code, 'ERR_LANE_UNAVAILABLE', 'the first attempt reached the (down) lane')
+    const retryAfter = Number(first.headers['retry-after'])
+    t.equal(retryAfter, 5, 'and was told Retry-After: 5')
+    const early = await quote()
+    t.equal(early.status, 429, 'an immediate retry is refused')
+    t.match(early.body, { code: 'ERR_RETRY_STORM_BLOCKED', reason: 'retry_early', 'violated-policies': ['retry-after'] })
+    t.ok(Number(early.headers['retry-after']) >= 4, `and told again when to come back (Retry-After ${early.headers['retry-after']})`)
+    // A client that honours it: waits the Retry-After of its last answer.
+    await sleep(Number(early.headers['retry-after']) * 1000)
+    const later = await quote()
+    t.equal(later.body.code, 'ERR_LANE_UNAVAILABLE', 'a retry after the Retry-After is let through')
+    const other = await gw.post('/v1/tax/quotes', { jurisdiction: 'DE', amount: { value: 1, currency: 'EUR' } }, `other-${store}-${process.pid}`)
+    t.equal(other.body.code, 'ERR_LANE_UNAVAILABLE', 'another key of the same client is not held back')
+  })
+}
