@@ -17,6 +17,8 @@ export const SUPERVISOR_ENV = Type.Object({
   PG_PORT: Type.Integer({ default: 54329, minimum: 1, maximum: 65535 }),
   PG_DATABASE: Type.String({ default: 'watertight', pattern: '^[a-z_][a-z0-9_]*$' }),
   GATEWAY_PORT: Type.Integer({ default: fleetProcess('gateway').port, minimum: 1, maximum: 65535 }),
+  GATEWAY_REPLICAS: Type.Integer({ default: 1, minimum: 1, maximum: 16, description: 'gateway processes, on consecutive ports from GATEWAY_PORT; more than one needs REDIS_URL' }),
+  REDIS_URL: Type.String({ default: '', pattern: '^(rediss?://.+)?$', description: 'the gateways\' shared retry-guard store (redis://host:port); needed for GATEWAY_REPLICAS above 1' }),
   DECK_PORT: Type.Integer({ default: fleetProcess('deck').port, minimum: 1, maximum: 65535 }),
   TAX_SANDBOX_PORT: Type.Integer({ default: fleetProcess('tax-sandbox').port, minimum: 1, maximum: 65535 }),
   WORKER_PORT: Type.Integer({ default: FLEET.find(p => p.entry === 'worker')!.port, minimum: 1, maximum: 65535, description: 'the first worker\'s port; the next worker takes the next one' }),

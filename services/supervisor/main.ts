@@ -55,11 +55,14 @@ if (process.env.npm_lifecycle_event) {
   watch.unref()
 }
 
+/** `gateway`, or one of the others GATEWAY_REPLICAS adds (`gateway-2`…). */
+function isGateway (name: string): boolean { return /^gateway(-\d+)?$/.test(name) }
+
 async function stopAll (): Promise<void> {
   stopping = true
   say('draining the gateway, then the lanes, then PostgreSQL')
-  await Promise.all(children.filter(c => c.spec.name === 'gateway').map(c => c.stop()))
-  await Promise.all(children.filter(c => c.spec.name !== 'gateway').map(c => c.stop()))
+  await Promise.all(children.filter(c => isGateway(c.spec.name)).map(c => c.stop()))
+  await Promise.all(children.filter(c => !isGateway(c.spec.name)).map(c => c.stop()))
   await owned.stopBackendPriorities?.()
   await owned.stopDatabase?.()
   say('stopped')
@@ -72,13 +75,22 @@ async function fail (message: string): Promise<never> {
   process.exit(1)
 }
 
+// Several gateways must share the retry guard's counters, or a client spread
+// over N of them gets N times ADV-IR-01's limit (gateway/guard-store.ts).
+if (cfg.GATEWAY_REPLICAS > 1 && cfg.REDIS_URL === '') {
+  say(`ERR_CONFIG_INVALID: GATEWAY_REPLICAS=${cfg.GATEWAY_REPLICAS} needs REDIS_URL: each gateway would count the retry limits alone and a client spread over them would get ${cfg.GATEWAY_REPLICAS} times the limit; set REDIS_URL=redis://host:port (a redis-server of yours), or run one gateway`)
+  process.exit(1)
+}
+/** The gateways: `gateway`, then `gateway-2`… on the ports after GATEWAY_PORT. */
+const gateways = Array.from({ length: cfg.GATEWAY_REPLICAS }, (_, i) => ({ name: i === 0 ? 'gateway' : `gateway-${i + 1}`, port: cfg.GATEWAY_PORT + i }))
+
 const laneUrl = Object.fromEntries(LANE_NAMES.map(n => [n, laneUrlOf(laneLimits(n))]))
 const conflicts = await portConflicts([
   ...(cfg.DATABASE_URL ? [] : [{ name: 'embedded PostgreSQL', host: '127.0.0.1', port: cfg.PG_PORT }]),
   { name: 'tax-sandbox', host: '127.0.0.1', port: cfg.TAX_SANDBOX_PORT },
   ...LANE_NAMES.map(n => ({ name: n, host: laneLimits(n).host, port: laneLimits(n).port })),
   ...workerLanes.map((lane, i) => ({ name: `worker-${lane}`, host: '127.0.0.1', port: cfg.WORKER_PORT + i })),
-  { name: 'gateway', host: '127.0.0.1', port: cfg.GATEWAY_PORT },
+  ...gateways.map(g => ({ name: g.name, host: '127.0.0.1', port: g.port })),
   { name: 'deck', host: '127.0.0.1', port: cfg.DECK_PORT },
 ])
 if (conflicts.length > 0) await fail(describeConflicts(conflicts))
@@ -139,12 +151,15 @@ const specs: Array<Omit<ChildSpec, 'argv'> & { process: string }> = [
     healthUrl: readyUrl(`worker-${lane}`, `http://127.0.0.1:${cfg.WORKER_PORT + i}`),
     nice: niceOf(`worker-${lane}`),
   })),
-  {
-    name: 'gateway', process: 'gateway',
-    env: { GATEWAY_PORT: String(cfg.GATEWAY_PORT), API_KEYS_FILE: keysFile, CARD_AUTH_URL: laneUrl['card-auth']!, FRAUD_URL: laneUrl.fraud!, TAX_URL: laneUrl.tax! },
-    healthUrl: readyUrl('gateway', gatewayUrl),
+  ...gateways.map(g => ({
+    name: g.name, process: 'gateway',
+    env: {
+      GATEWAY_PORT: String(g.port), API_KEYS_FILE: keysFile, CARD_AUTH_URL: laneUrl['card-auth']!, FRAUD_URL: laneUrl.fraud!, TAX_URL: laneUrl.tax!,
+      ...(cfg.REDIS_URL === '' ? {} : { REDIS_URL: cfg.REDIS_URL, GATEWAY_REPLICAS: String(cfg.GATEWAY_REPLICAS) }),
+    },
+    healthUrl: readyUrl('gateway', `http://127.0.0.1:${g.port}`),
     nice: niceOf('gateway'),
-  },
+  })),
   // The admin plane: loopback only, its own DB role, polling every process above.
   {
     name: 'deck', process: 'deck',
@@ -157,7 +172,7 @@ const specs: Array<Omit<ChildSpec, 'argv'> & { process: string }> = [
     nice: niceOf('deck'),
   },
 ]
-for (const { process: name, ...s } of specs) children.push(new SupervisedChild({ ...s, argv: [...nodeArgs(s.name), entry, name], env: { ...s.env, ...(cfg.QUIET ? { LOG_LEVEL: 'error' } : {}) } }, say))
+for (const { process: name, ...s } of specs) children.push(new SupervisedChild({ ...s, argv: [...nodeArgs(isGateway(s.name) ? 'gateway' : s.name), entry, name], env: { ...s.env, ...(cfg.QUIET ? { LOG_LEVEL: 'error' } : {}) } }, say))
 
 try {
   // The sandbox first: the tax compensation table is certified against it before the lanes start.
@@ -190,8 +205,10 @@ if (db.embedded && cfg.CPU_PRIORITIES) {
   owned.stopBackendPriorities = startBackendPriorities({ databaseUrl: db.superUrl, niceByRole, everyMs: 2_000, log: say }).stop
 }
 
+const gatewayUrls = gateways.map(g => `http://127.0.0.1:${g.port}`)
 const creds = {
   gatewayUrl,
+  gatewayUrls,
   deckUrl,
   apiKey,
   adminToken: secrets.adminToken,
@@ -202,7 +219,7 @@ fs.writeFileSync(credsFile, JSON.stringify(creds, null, 2), { mode: 0o600 })
 fs.chmodSync(credsFile, 0o600)
 const card = creds.demoCards[0]!
 say(`fleet is up (pids: ${children.map(c => `${c.spec.name}=${c.pid}`).join(' ')})
-  gateway      ${gatewayUrl}
+  gateway      ${gatewayUrls.join(' ')}${gatewayUrls.length > 1 ? `   (sharing retry limits in ${cfg.REDIS_URL})` : ''}
   deck         ${creds.deckUrl}   (admin token: ${secrets.adminToken})
   API key      ${apiKey}
   demo cards   ${creds.demoCards.slice(0, 2).map(c => c.token).join(', ')}

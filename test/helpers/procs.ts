@@ -187,13 +187,17 @@ export async function freePorts (n: number, avoid: Iterable<number> = []): Promi
 
 /**
  * Ports for a whole fleet under test (npm start's supervisor): one for each
- * process, and WORKER_PORT with the next one free for the second worker. None is
+ * process, and GATEWAY_PORT and WORKER_PORT each with the next one free, for a
+ * second gateway and the second worker. None is
  * in `avoid`, and each is added to it, so fleets started side by side share none.
  * `env`: the same, as the supervisor reads them.
  */
 export async function fleetPorts (avoid = new Set<number>()) {
   const one = async (): Promise<number> => { const p = await freePorts(1, avoid); avoid.add(p); return p }
-  const ports = { GATEWAY_PORT: await one(), TAX_SANDBOX_PORT: await one(), CARD_AUTH_PORT: await one(), FRAUD_PORT: await one(), TAX_PORT: await one(), DECK_PORT: await one(), WORKER_PORT: await freePorts(2, avoid) }
+  // The gateway's next port too: npm start with GATEWAY_REPLICAS=2 puts the second gateway there.
+  const gateway = await freePorts(2, avoid)
+  avoid.add(gateway).add(gateway + 1)
+  const ports = { GATEWAY_PORT: gateway, TAX_SANDBOX_PORT: await one(), CARD_AUTH_PORT: await one(), FRAUD_PORT: await one(), TAX_PORT: await one(), DECK_PORT: await one(), WORKER_PORT: await freePorts(2, avoid) }
   avoid.add(ports.WORKER_PORT).add(ports.WORKER_PORT + 1)
   return { ports, env: Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])) }
 }

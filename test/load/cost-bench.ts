@@ -7,6 +7,14 @@
 // (gateway + card-auth + its card_auth_ds backends), latency and answers.
 // At a low rate a process's fixed per-wakeup cost dominates: read it at the rate
 // you care about.
+//
+// --redis: the retry guard's counters in Redis (REDIS_URL) against in memory,
+// in one run: a redis-server and a second gateway on it beside the fleet's, and
+// each rate's load alternated between the two gateways --rounds times. Its end
+// to end adds that gateway's Redis: gateway+redis + redis-server + card-auth +
+// pg:card_auth_ds.
+import { spawn, type ChildProcess } from 'node:child_process'
+import path from 'node:path'
 import pg from 'pg'
 import { Pool } from 'undici'
 import { loadCardToken, seedLoadCards } from '../../services/card-auth/seed.ts'
@@ -23,11 +31,14 @@ const { values: a } = parseFlags({ options: {
   'generator-cpus': { type: 'string' },
   'base-port': { type: 'string', default: '18480' },
   rows: { type: 'string', default: '200000' },
+  redis: { type: 'boolean', default: false },
+  rounds: { type: 'string', default: '2' },
 } })
 const rates = a.rates!.split(',').map(Number)
 const seconds = numberFlag(a, 'seconds', 1, 3_600)
-const command = `npm run bench:cost -- --rates ${a.rates} --seconds ${seconds}${a.rows !== '200000' ? ` --rows ${a.rows}` : ''}${a['fleet-cpus'] ? ` --fleet-cpus ${a['fleet-cpus']}` : ''}${a['generator-cpus'] ? ` --generator-cpus ${a['generator-cpus']}` : ''}`
-const END_TO_END = ['gateway', 'card-auth', 'pg:card_auth_ds']
+const rounds = numberFlag(a, 'rounds', 1, 20)
+const command = `npm run bench:cost -- --rates ${a.rates} --seconds ${seconds}${a.redis ? ` --redis --rounds ${rounds}` : ''}${a.rows !== '200000' ? ` --rows ${a.rows}` : ''}${a['fleet-cpus'] ? ` --fleet-cpus ${a['fleet-cpus']}` : ''}${a['generator-cpus'] ? ` --generator-cpus ${a['generator-cpus']}` : ''}`
+const LANE_SIDE = ['card-auth', 'pg:card_auth_ds']
 
 /** The server's WAL so far (pg_stat_wal): bytes, and full-page images among them. */
 async function walNow (db: pg.Client): Promise<{ bytes: number, fpi: number, commits: number }> {
@@ -36,8 +47,13 @@ async function walNow (db: pg.Client): Promise<{ bytes: number, fpi: number, com
   return { bytes: Number(w!.bytes), fpi: Number(w!.fpi), commits: Number(w!.commits) }
 }
 
-const fleet = await startLocalFleet({ dataDir: '.data/bench-cost', basePort: numberFlag(a, 'base-port', 1_024, 60_000), cpus: a['fleet-cpus'], env: { LOG_LEVEL: 'warn' } })
+const basePort = numberFlag(a, 'base-port', 1_024, 60_000)
+const dataDir = '.data/bench-cost'
+const fleet = await startLocalFleet({ dataDir, basePort, cpus: a['fleet-cpus'], env: { LOG_LEVEL: 'warn' } })
 if (a['generator-cpus'] && hasTaskset()) pinSelf(a['generator-cpus'])
+const extra: ChildProcess[] = []
+// Nothing left running if this process ends another way.
+process.once('exit', () => { for (const p of extra) p.kill('SIGKILL') })
 try {
   const db = new pg.Client({ connectionString: fleet.databaseUrl })
   await db.connect()
@@ -52,55 +68,107 @@ try {
   const table = (await db.query<{ n: string, size: string, buffers: string }>("select reltuples::bigint as n, pg_size_pretty(pg_total_relation_size('card_auth.authorizations')) as size, current_setting('shared_buffers') as buffers from pg_class where oid = 'card_auth.authorizations'::regclass")).rows[0]!
   const tableNote = `card_auth.authorizations ${Number(table.n).toLocaleString('en')} rows (${table.size} with indexes) at the start, shared_buffers ${table.buffers}`
   console.log(tableNote)
-  const gw = new Pool(fleet.gatewayUrl, { connections: 256 })
+
+  interface Target { name: string, url: string, gateway: string, extra: string[], pool: Pool }
+  const targets: Target[] = [{ name: 'memory', url: fleet.gatewayUrl, gateway: 'gateway', extra: [], pool: new Pool(fleet.gatewayUrl, { connections: 256 }) }]
+  const names: Record<number, string> = {}
+  if (a.redis) {
+    const redisPort = basePort + 20
+    const redis = spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--loglevel', 'warning'], { stdio: 'ignore' })
+    extra.push(redis)
+    names[redis.pid!] = 'redis-server'
+    const url = `http://127.0.0.1:${basePort + 21}`
+    // The fleet's gateway as npm start runs it, on the fleet's lanes and keys, with REDIS_URL.
+    const gw = spawn(process.execPath, [path.resolve('dist/services/main.js'), 'gateway'], {
+      stdio: 'ignore',
+      env: {
+        ...process.env, LOG_LEVEL: 'warn', GATEWAY_PORT: String(basePort + 21), GATEWAY_HOST: '127.0.0.1', API_KEYS_FILE: path.join(dataDir, 'api-keys.json'),
+        CARD_AUTH_URL: fleet.laneUrls['card-auth'], FRAUD_URL: fleet.laneUrls.fraud, TAX_URL: fleet.laneUrls.tax, REDIS_URL: `redis://127.0.0.1:${redisPort}`, GATEWAY_REPLICAS: '2',
+      },
+    })
+    extra.push(gw)
+    names[gw.pid!] = 'gateway+redis'
+    for (let i = 0; i < 300; i++) {
+      const up = await fetch(`${url}/health/ready`).then(r => r.ok, () => false)
+      const shared = up && /gateway_retry_guard_store_up\{[^}]*\} 1/.test(await (await fetch(`${url}/metrics`)).text())
+      if (shared) break
+      if (i === 299) throw new Error('the gateway on Redis did not turn ready with its store up')
+      await sleep(100)
+    }
+    targets.push({ name: 'redis', url, gateway: 'gateway+redis', extra: ['redis-server'], pool: new Pool(url, { connections: 256 }) })
+  }
+  const endToEnd = (t: Target): string[] => [t.gateway, ...t.extra, ...LANE_SIDE]
   let n = 0
-  const send = async (): Promise<number> => {
+  const sender = (t: Target) => async (): Promise<number> => {
     const i = ++n
-    const r = await gatewayPost(gw, fleet.apiKey, '/v1/authorizations', `cost-${process.pid}-${i}`, { merchantId: 'm_cost', cardToken: loadCardToken(i), amount: { value: 1, currency: 'EUR' } })
+    const r = await gatewayPost(t.pool, fleet.apiKey, '/v1/authorizations', `cost-${process.pid}-${i}`, { merchantId: 'm_cost', cardToken: loadCardToken(i), amount: { value: 1, currency: 'EUR' } })
     await r.body.dump()
     return r.statusCode
   }
-  await runOpenLoop({ rate: Math.min(...rates), durationMs: 3_000, send }) // warm-up (JIT, pools)
-  const results: Array<{ rate: number, sent: number, ok: number, p50: number, p99: number, perReq: Map<string, number>, sysPerReq: Map<string, number>, generator: number, walBytes: number, walFpi: number, commits: number }> = []
+  for (const t of targets) await runOpenLoop({ rate: Math.min(...rates), durationMs: 3_000, send: sender(t) }) // warm-up (JIT, pools)
+
+  interface Run { served: number, scheduled: number, ok: number, sentRate: number, cpu: Map<string, number>, sys: Map<string, number>, generator: number, walBytes: number, walFpi: number, commits: number, p50: number, p99: number }
+  const runs = new Map<string, Run[]>()
+  const columns: Array<{ key: string, rate: number, target: Target }> = []
+  for (const rate of rates) for (const t of targets) columns.push({ key: targets.length > 1 ? `${rate}/s ${t.name}` : `${rate}/s`, rate, target: t })
   for (const rate of rates) {
-    await sleep(2_000)
-    const procs = await fleetProcesses(fleet.pid, db)
-    const before = cpuByPid(procs)
-    const sys0 = cpuByPid(procs, 'system')
-    const gen0 = cpuUs(process.pid)!
-    const wal0 = await walNow(db)
-    const r = await runOpenLoop({ rate, durationMs: seconds * 1000, send })
-    const after = cpuByPid(procs)
-    const sys1 = cpuByPid(procs, 'system')
-    const gen1 = cpuUs(process.pid)!
-    await sleep(1_500) // the backends' statistics of the run's last second
-    const wal1 = await walNow(db)
-    const served = r.completed
-    const perReq = new Map([...cpuDeltaByLabel(procs, before, after)].map(([label, us]) => [label, us / served]))
-    const sysPerReq = new Map([...cpuDeltaByLabel(procs, sys0, sys1)].map(([label, us]) => [label, us / served]))
-    const s = summary(r.histogram)
-    results.push({ rate, sent: r.sentRate, ok: (r.statuses['201'] ?? 0) / r.scheduled, p50: s.p50Ms, p99: s.p99Ms, perReq, sysPerReq, generator: (gen1 - gen0) / served, walBytes: (wal1.bytes - wal0.bytes) / served, walFpi: (wal1.fpi - wal0.fpi) / served, commits: (wal1.commits - wal0.commits) / served })
-    console.log(`rate ${rate}: sent ${r.sentRate.toFixed(0)}/s, 201 ${(100 * (r.statuses['201'] ?? 0) / r.scheduled).toFixed(1)}%, p50 ${s.p50Ms.toFixed(1)} ms, p99 ${s.p99Ms.toFixed(1)} ms, end to end ${END_TO_END.reduce((x, l) => x + (perReq.get(l) ?? 0), 0).toFixed(0)} µs/auth`)
+    for (let round = 0; round < (a.redis ? rounds : 1); round++) {
+      for (const t of targets) {
+        await sleep(2_000)
+        const procs = await fleetProcesses(fleet.pid, db, names)
+        for (const [pid, label] of Object.entries(names)) procs.set(Number(pid), label)
+        const before = cpuByPid(procs)
+        const sys0 = cpuByPid(procs, 'system')
+        const gen0 = cpuUs(process.pid)!
+        const wal0 = await walNow(db)
+        const r = await runOpenLoop({ rate, durationMs: seconds * 1000, send: sender(t) })
+        const after = cpuByPid(procs)
+        const sys1 = cpuByPid(procs, 'system')
+        const gen1 = cpuUs(process.pid)!
+        await sleep(1_500) // the backends' statistics of the run's last second
+        const wal1 = await walNow(db)
+        const s = summary(r.histogram)
+        const run: Run = {
+          served: r.completed, scheduled: r.scheduled, ok: r.statuses['201'] ?? 0, sentRate: r.sentRate,
+          cpu: cpuDeltaByLabel(procs, before, after), sys: cpuDeltaByLabel(procs, sys0, sys1), generator: gen1 - gen0,
+          walBytes: wal1.bytes - wal0.bytes, walFpi: wal1.fpi - wal0.fpi, commits: wal1.commits - wal0.commits, p50: s.p50Ms, p99: s.p99Ms,
+        }
+        const key = targets.length > 1 ? `${rate}/s ${t.name}` : `${rate}/s`
+        runs.set(key, [...(runs.get(key) ?? []), run])
+        const e2e = endToEnd(t).reduce((x, l) => x + (run.cpu.get(l) ?? 0), 0) / run.served
+        console.log(`rate ${rate}${targets.length > 1 ? `, ${t.name}, round ${round + 1}` : ''}: sent ${r.sentRate.toFixed(0)}/s, 201 ${(100 * run.ok / r.scheduled).toFixed(1)}%, p50 ${s.p50Ms.toFixed(1)} ms, p99 ${s.p99Ms.toFixed(1)} ms, end to end ${e2e.toFixed(0)} µs/auth`)
+      }
+    }
   }
-  await gw.close()
+  for (const t of targets) await t.pool.close()
   await db.end()
 
-  const labels = [...new Set(results.flatMap(r => [...r.perReq.keys()]))].sort((x, y) => (results.at(-1)!.perReq.get(y) ?? 0) - (results.at(-1)!.perReq.get(x) ?? 0))
+  // Each column: its rounds summed, then per answer.
+  const per = (key: string, f: (r: Run) => number): number => { const rs = runs.get(key)!; return rs.reduce((x, r) => x + f(r), 0) / rs.reduce((x, r) => x + r.served, 0) }
+  const cpuOf = (key: string, label: string, part: 'cpu' | 'sys' = 'cpu'): number | undefined => runs.get(key)!.some(r => r[part].has(label)) ? per(key, r => r[part].get(label) ?? 0) : undefined
+  const e2eOf = (c: typeof columns[number]): number => endToEnd(c.target).reduce((x, l) => x + (cpuOf(c.key, l) ?? 0), 0)
+  const last = columns.at(-1)!
+  const labels = [...new Set([...runs.values()].flat().flatMap(r => [...r.cpu.keys()]))].sort((x, y) => (cpuOf(last.key, y) ?? 0) - (cpuOf(last.key, x) ?? 0))
   const cell = (v: number | undefined): string => v === undefined ? '—' : v.toFixed(0)
+  const mean = (key: string, f: (r: Run) => number): number => { const rs = runs.get(key)!; return rs.reduce((x, r) => x + f(r), 0) / rs.length }
   console.log(`\n${command}`)
   console.log(`${new Date().toISOString()}, commit ${gitCommit()}, ${machine({ kernel: true })}; fleet cpus ${fleet.pinned ?? 'all'}, generator cpus ${a['generator-cpus'] ?? 'all'}`)
-  console.log(`POST /v1/authorizations through the gateway, open loop; CPU from /proc/<pid>/stat (utime+stime) over each run, divided by the answers; ${tableNote}.\n`)
-  console.log(`| CPU µs per authorization | ${results.map(r => `${r.rate}/s`).join(' | ')} |`)
-  console.log(`|---|${results.map(() => '---:').join('|')}|`)
-  console.log(`| **end to end: gateway + card-auth + pg:card_auth_ds** | ${results.map(r => `**${END_TO_END.reduce((x, l) => x + (r.perReq.get(l) ?? 0), 0).toFixed(0)}**`).join(' | ')} |`)
-  for (const l of labels) console.log(`| ${l} | ${results.map(r => `${cell(r.perReq.get(l))}${END_TO_END.includes(l) ? ` (kernel ${cell(r.sysPerReq.get(l))})` : ''}`).join(' | ')} |`)
-  console.log(`| whole fleet | ${results.map(r => [...r.perReq.values()].reduce((x, y) => x + y, 0).toFixed(0)).join(' | ')} |`)
-  console.log(`| load generator (this process) | ${results.map(r => r.generator.toFixed(0)).join(' | ')} |`)
-  console.log(`| commits per authorization, whole database (1 / the mean group commit) | ${results.map(r => r.commits.toFixed(3)).join(' | ')} |`)
-  console.log(`| WAL bytes (full-page images) per authorization, whole server | ${results.map(r => `${r.walBytes.toFixed(0)} (${r.walFpi.toFixed(2)})`).join(' | ')} |`)
-  console.log(`| sent req/s | ${results.map(r => r.sent.toFixed(0)).join(' | ')} |`)
-  console.log(`| answered 201 | ${results.map(r => `${(r.ok * 100).toFixed(1)}%`).join(' | ')} |`)
-  console.log(`| latency p50 / p99 ms | ${results.map(r => `${r.p50.toFixed(1)} / ${r.p99.toFixed(1)}`).join(' | ')} |`)
+  console.log(`POST /v1/authorizations through the gateway, open loop; CPU from /proc/<pid>/stat (utime+stime) over each run, divided by the answers${a.redis ? `; memory and redis alternated, ${rounds} rounds of ${seconds} s each, summed` : ''}; ${tableNote}.\n`)
+  console.log(`| CPU µs per authorization | ${columns.map(c => c.key).join(' | ')} |`)
+  console.log(`|---|${columns.map(() => '---:').join('|')}|`)
+  console.log(`| **end to end: ${a.redis ? 'gateway (+ redis-server) ' : 'gateway '}+ card-auth + pg:card_auth_ds** | ${columns.map(c => `**${e2eOf(c).toFixed(0)}**`).join(' | ')} |`)
+  if (a.redis) {
+    console.log(`| **end to end, redis / memory** | ${columns.map(c => c.target.name === 'redis' ? `**${(e2eOf(c) / e2eOf(columns.find(m => m.rate === c.rate && m.target.name === 'memory')!)).toFixed(3)}x**` : '1').join(' | ')} |`)
+  }
+  for (const l of labels) console.log(`| ${l} | ${columns.map(c => `${cell(cpuOf(c.key, l))}${endToEnd(c.target).includes(l) ? ` (kernel ${cell(cpuOf(c.key, l, 'sys'))})` : ''}`).join(' | ')} |`)
+  console.log(`| whole fleet | ${columns.map(c => per(c.key, r => [...r.cpu.values()].reduce((x, y) => x + y, 0)).toFixed(0)).join(' | ')} |`)
+  console.log(`| load generator (this process) | ${columns.map(c => per(c.key, r => r.generator).toFixed(0)).join(' | ')} |`)
+  console.log(`| commits per authorization, whole database (1 / the mean group commit) | ${columns.map(c => per(c.key, r => r.commits).toFixed(3)).join(' | ')} |`)
+  console.log(`| WAL bytes (full-page images) per authorization, whole server | ${columns.map(c => `${per(c.key, r => r.walBytes).toFixed(0)} (${per(c.key, r => r.walFpi).toFixed(2)})`).join(' | ')} |`)
+  console.log(`| sent req/s | ${columns.map(c => mean(c.key, r => r.sentRate).toFixed(0)).join(' | ')} |`)
+  console.log(`| answered 201 | ${columns.map(c => `${(100 * runs.get(c.key)!.reduce((x, r) => x + r.ok, 0) / runs.get(c.key)!.reduce((x, r) => x + r.scheduled, 0)).toFixed(1)}%`).join(' | ')} |`)
+  console.log(`| latency p50 / p99 ms (mean of the rounds) | ${columns.map(c => `${mean(c.key, r => r.p50).toFixed(1)} / ${mean(c.key, r => r.p99).toFixed(1)}`).join(' | ')} |`)
 } finally {
+  for (const p of extra.reverse()) p.kill('SIGTERM')
   await fleet.stop()
 }
