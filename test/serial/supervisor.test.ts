@@ -49,7 +49,7 @@ t.test('two gateways without REDIS_URL: refused in one line, nothing started', a
 t.test('the fleet comes up with credentials, survives a killed lane, and stops cleanly', async t => {
   const up = await eventually(async () => lines.find(l => l.includes('fleet is up')), 60_000, 100)
   t.ok(up, `fleet is up\n${up ? '' : lines.filter(l => !l.startsWith('{')).slice(-30).join('\n')}`)
-  const pids = Object.fromEntries([...up!.matchAll(/([a-z-]+)=(\d+)/g)].map(m => [m[1]!, Number(m[2])]))
+  const pids = Object.fromEntries([...up!.matchAll(/([a-z][a-z0-9-]*)=(\d+)/g)].map(m => [m[1]!, Number(m[2])]))
   t.same(Object.keys(pids).sort(), ['card-auth', 'deck', 'fraud', 'gateway', 'gateway-2', 'tax', 'tax-sandbox', 'worker-fraud', 'worker-tax'])
   // FLEET_NODE_ARGS_TAX reaches the tax lane's node, and no other child's.
   const withArg = Object.entries(pids).filter(([, pid]) => fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').includes('--max-old-space-size=200')).map(([n]) => n)
