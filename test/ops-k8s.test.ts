@@ -506,3 +506,25 @@ t.test('every process agrees with the fleet table: process, port, health routes,
     if (p.lane) t.equal(secretUser(c, `${envPrefix(p.lane)}DATABASE_URL`), LANE_DEFAULTS[p.lane].role, `${p.name}: runs ${p.lane} jobs as ${LANE_DEFAULTS[p.lane].role}`)
   }
 })
+
+t.test('the gateways share their retry limits in the optional Redis, which only they reach', async t => {
+  t.notOk(objects.some(o => o.metadata.name === 'redis' && o.kind === 'Deployment'), 'not in the base')
+  const redisObjects = await render('deploy/k8s/optional/redis')
+  for (const o of redisObjects) t.equal(o.metadata.namespace, 'watertight', `${o.kind} ${o.metadata.name} in the watertight namespace`)
+  const withRedis = fleet([...objects, ...redisObjects])
+  const redis = withRedis.workload('redis')
+  t.equal(redis.obj.spec.replicas, 1, 'one Redis: a second would not share the first\'s counts')
+  t.notOk(byKind('HorizontalPodAutoscaler').some(h => h.spec.scaleTargetRef.name === 'redis'), 'and no autoscaler')
+  t.match(main(redis).securityContext, { runAsNonRoot: true, allowPrivilegeEscalation: false, readOnlyRootFilesystem: true }, 'unprivileged')
+  t.ok(main(redis).resources?.limits?.memory && main(redis).resources?.requests?.cpu, 'with requests and limits')
+  const svc = redisObjects.find(o => o.kind === 'Service' && o.metadata.name === 'redis')
+  const port = svc?.spec.ports?.[0]?.port
+  t.equal(byKind('ConfigMap').find(c => c.metadata.name === 'watertight-config')?.data?.REDIS_URL, `redis://redis:${port}`, 'the base\'s REDIS_URL is its Service')
+  const gw = main(workload('gateway'))
+  t.match(env(gw, 'REDIS_URL')?.valueFrom, { configMapKeyRef: { name: 'watertight-config', key: 'REDIS_URL' } }, 'the gateway reads REDIS_URL from the ConfigMap')
+  t.equal(envValue(gw, 'GATEWAY_REPLICAS'), String(hpaMax('gateway')), 'and shares each limit by the autoscaler\'s maximum while Redis is out')
+  t.strictSame(withRedis.ingressSources(redis), ['gateway'], 'Redis is reachable from the gateways only')
+  t.strictSame(withRedis.ingressPorts(redis), [port], 'on its port only')
+  const reach = withRedis.workloads.filter(w => w.name !== 'redis' && withRedis.egressAllows(w, port)).map(w => w.name)
+  t.strictSame(reach, ['gateway'], 'and no other pod may open a connection to its port')
+})
