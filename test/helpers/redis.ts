@@ -19,8 +19,14 @@ export interface TestRedis {
   restart (): Promise<void>
 }
 
+// A test process that ends another way (an uncaught error) kills its servers too, as procs.ts does its children.
+const live = new Set<ChildProcess>()
+process.once('exit', () => { for (const p of live) p.kill('SIGKILL') })
+
 async function launch (port: number): Promise<ChildProcess> {
   const proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--loglevel', 'warning'], { stdio: ['ignore', 'pipe', 'pipe'] })
+  live.add(proc)
+  proc.once('exit', () => live.delete(proc))
   const log: string[] = []
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`redis-server did not start on ${port}:\n${log.join('\n')}`)), 10_000)
