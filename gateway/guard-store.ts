@@ -19,7 +19,7 @@
 // Each decision carries its request's id and the script remembers it for a
 // window: a decision that reached Redis twice is counted once.
 import { Redis } from 'ioredis'
-import { BrokenCircuitError, circuitBreaker, ConsecutiveBreaker, handleAll, type CircuitBreakerPolicy } from 'cockatiel'
+import { BrokenCircuitError, circuitBreaker, CircuitState, ConsecutiveBreaker, handleAll, type CircuitBreakerPolicy } from 'cockatiel'
 
 export type SharedVerdict = 'ok' | 'client_rate' | 'retry_storm' | 'retry_early' | 'retry_budget'
 const VERDICTS: readonly SharedVerdict[] = ['ok', 'client_rate', 'retry_storm', 'retry_early', 'retry_budget']
@@ -55,6 +55,10 @@ export interface GuardStoreOptions {
 
 /** Thrown when the store cannot decide within its budget (or the breaker is open). */
 export class StoreUnavailable extends Error {}
+
+/** The one error for every request while the breaker is open. */
+const OUT = new StoreUnavailable('breaker open')
+const OVER_BUDGET = new StoreUnavailable('no answer within the decision budget')
 
 /** How long a key's "seen" mark lasts: a retry after that counts as a first attempt. */
 const SEEN_WINDOWS = 10
@@ -149,9 +153,12 @@ export class RedisGuardStore {
   readonly #prefix: string
   readonly #limits: SharedLimits
   #up = true
+  readonly #probe: NodeJS.Timeout
+  readonly #budgetMs: number
 
   constructor (o: GuardStoreOptions, limits: SharedLimits) {
     this.#prefix = o.prefix ?? 'wt:'
+    this.#budgetMs = o.budgetMs
     this.#limits = limits
     this.#redis = new Redis(o.url, {
       // A command while disconnected fails at once instead of waiting in a queue.
@@ -159,7 +166,9 @@ export class RedisGuardStore {
       // Nothing unanswered is sent again after a reconnect, and no command is retried.
       autoResendUnfulfilledCommands: false,
       maxRetriesPerRequest: 0,
-      commandTimeout: o.budgetMs,
+      // A backstop that clears a hung store's unanswered commands; the budget is
+      // timed per decision below.
+      commandTimeout: Math.max(1_000, o.budgetMs),
       connectTimeout: 1_000,
       // Ready on connect: its INFO check, timed out at the decision budget on a busy host, would drop the connection.
       enableReadyCheck: false,
@@ -181,6 +190,12 @@ export class RedisGuardStore {
       const err = 'error' in reason ? reason.error : undefined
       o.onChange?.(false, err instanceof Error ? err.message : undefined)
     })
+    // While it is out, a PING each second is the breaker's probe (no request is
+    // one): an idle gateway comes back to shared counts, and its gauge to 1, too.
+    this.#probe = setInterval(() => {
+      if (!this.#up) this.#breaker.execute(() => this.#withinBudget(this.#redis.ping())).catch(() => {})
+    }, 1_000)
+    this.#probe.unref()
     this.#breaker.onReset(() => {
       if (this.#up) return
       this.#up = true
@@ -213,18 +228,40 @@ export class RedisGuardStore {
 
   /** The shared decision for one request (`key`: its Idempotency-Key on a POST). Throws StoreUnavailable. */
   async decide (client: string, key: string | undefined, id: string): Promise<SharedDecision> {
+    // Out: decided locally at once, with no error built per request; the probe above brings it back.
+    if (this.#breaker.state !== CircuitState.Closed) throw OUT
     const l = this.#limits
     const k = this.#keys(client, key ?? '')
     try {
-      const [v, ttlMs, allowed] = await this.#breaker.execute(() => this.#redis.wtDecide(
+      const [v, ttlMs, allowed] = await this.#breaker.execute(() => this.#withinBudget(this.#redis.wtDecide(
         `${this.#prefix}rate:${client}`, `${this.#prefix}win:${client}`, k.seen, k.log, `${this.#prefix}dec:${id}`,
         id, key === undefined ? 0 : 1, l.windowMs, l.perKeyAttempts, l.holdMs, l.budgetRatio, l.budgetFloor,
         l.clientRateMax, l.clientRateWindowMs, l.windowMs * SEEN_WINDOWS,
-      ))
+      )))
       return { verdict: VERDICTS[v] ?? 'ok', ttlMs, allowed }
     } catch (err) {
-      throw new StoreUnavailable(err instanceof BrokenCircuitError ? 'breaker open' : (err as Error).message)
+      if (err instanceof StoreUnavailable) throw err
+      if (err instanceof BrokenCircuitError) throw OUT
+      throw new StoreUnavailable((err as Error).message)
     }
+  }
+
+  /**
+   * `answer`, or StoreUnavailable once the budget has passed without it. The
+   * budget is the wait on Redis, not on this process: when the timer fires late
+   * because the event loop was busy (timers run before the loop reads its
+   * sockets), an answer already in the socket is read first (setImmediate runs
+   * after the loop's poll), so a busy gateway does not call a quick Redis slow.
+   */
+  #withinBudget<T> (answer: Promise<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      let settled = false
+      const timer = setTimeout(() => setImmediate(() => { if (!settled) { settled = true; reject(OVER_BUDGET) } }), this.#budgetMs)
+      answer.then(
+        v => { if (!settled) { settled = true; clearTimeout(timer); resolve(v) } },
+        (e: unknown) => { if (!settled) { settled = true; clearTimeout(timer); reject(e) } },
+      )
+    })
   }
 
   /**
@@ -240,6 +277,7 @@ export class RedisGuardStore {
   }
 
   async close (): Promise<void> {
+    clearInterval(this.#probe)
     this.#redis.disconnect()
   }
 }

@@ -56,6 +56,8 @@ const extra: ChildProcess[] = []
 process.once('exit', () => { for (const p of extra) p.kill('SIGKILL') })
 try {
   const db = new pg.Client({ connectionString: fleet.databaseUrl })
+  // The fleet stopping (a failure below) ends this connection: the failure is what to report.
+  db.on('error', () => {})
   await db.connect()
   await seedLoadCards(db, 1_000)
   // The planner's statistics as a running fleet's autovacuum keeps them. A bench's
@@ -79,7 +81,7 @@ try {
     names[redis.pid!] = 'redis-server'
     const url = `http://127.0.0.1:${basePort + 21}`
     // The fleet's gateway as npm start runs it, on the fleet's lanes and keys, with REDIS_URL.
-    const gw = spawn(process.execPath, [path.resolve('dist/services/main.js'), 'gateway'], {
+    const gw = spawn(process.execPath, [...(process.env.PROF ? ['--cpu-prof', '--cpu-prof-dir=/tmp/prof'] : []), path.resolve('dist/services/main.js'), 'gateway'], {
       stdio: 'ignore',
       env: {
         ...process.env, LOG_LEVEL: 'warn', GATEWAY_PORT: String(basePort + 21), GATEWAY_HOST: '127.0.0.1', API_KEYS_FILE: path.join(dataDir, 'api-keys.json'),
@@ -97,6 +99,13 @@ try {
     }
     targets.push({ name: 'redis', url, gateway: 'gateway+redis', extra: ['redis-server'], pool: new Pool(url, { connections: 256 }) })
   }
+  // How many requests the gateway on Redis decided alone (its store out or over budget): a
+  // figure for the shared store only means something when these are few.
+  const decidedAlone = async (t: Target): Promise<number> => {
+    if (t.name !== 'redis') return 0
+    const m = /^gateway_retry_guard_local_decisions_total(?:\{[^}]*\})? (\d+)/m.exec(await (await fetch(`${t.url}/metrics`)).text())
+    return Number(m?.[1] ?? 0)
+  }
   const endToEnd = (t: Target): string[] => [t.gateway, ...t.extra, ...LANE_SIDE]
   let n = 0
   const sender = (t: Target) => async (): Promise<number> => {
@@ -107,7 +116,7 @@ try {
   }
   for (const t of targets) await runOpenLoop({ rate: Math.min(...rates), durationMs: 3_000, send: sender(t) }) // warm-up (JIT, pools)
 
-  interface Run { served: number, scheduled: number, ok: number, sentRate: number, cpu: Map<string, number>, sys: Map<string, number>, generator: number, walBytes: number, walFpi: number, commits: number, p50: number, p99: number }
+  interface Run { alone: number, served: number, scheduled: number, ok: number, sentRate: number, cpu: Map<string, number>, sys: Map<string, number>, generator: number, walBytes: number, walFpi: number, commits: number, p50: number, p99: number }
   const runs = new Map<string, Run[]>()
   const columns: Array<{ key: string, rate: number, target: Target }> = []
   for (const rate of rates) for (const t of targets) columns.push({ key: targets.length > 1 ? `${rate}/s ${t.name}` : `${rate}/s`, rate, target: t })
@@ -121,7 +130,9 @@ try {
         const sys0 = cpuByPid(procs, 'system')
         const gen0 = cpuUs(process.pid)!
         const wal0 = await walNow(db)
+        const alone0 = await decidedAlone(t)
         const r = await runOpenLoop({ rate, durationMs: seconds * 1000, send: sender(t) })
+        const alone = (await decidedAlone(t)) - alone0
         const after = cpuByPid(procs)
         const sys1 = cpuByPid(procs, 'system')
         const gen1 = cpuUs(process.pid)!
@@ -129,14 +140,14 @@ try {
         const wal1 = await walNow(db)
         const s = summary(r.histogram)
         const run: Run = {
-          served: r.completed, scheduled: r.scheduled, ok: r.statuses['201'] ?? 0, sentRate: r.sentRate,
+          alone, served: r.completed, scheduled: r.scheduled, ok: r.statuses['201'] ?? 0, sentRate: r.sentRate,
           cpu: cpuDeltaByLabel(procs, before, after), sys: cpuDeltaByLabel(procs, sys0, sys1), generator: gen1 - gen0,
           walBytes: wal1.bytes - wal0.bytes, walFpi: wal1.fpi - wal0.fpi, commits: wal1.commits - wal0.commits, p50: s.p50Ms, p99: s.p99Ms,
         }
         const key = targets.length > 1 ? `${rate}/s ${t.name}` : `${rate}/s`
         runs.set(key, [...(runs.get(key) ?? []), run])
         const e2e = endToEnd(t).reduce((x, l) => x + (run.cpu.get(l) ?? 0), 0) / run.served
-        console.log(`rate ${rate}${targets.length > 1 ? `, ${t.name}, round ${round + 1}` : ''}: sent ${r.sentRate.toFixed(0)}/s, 201 ${(100 * run.ok / r.scheduled).toFixed(1)}%, p50 ${s.p50Ms.toFixed(1)} ms, p99 ${s.p99Ms.toFixed(1)} ms, end to end ${e2e.toFixed(0)} µs/auth`)
+        console.log(`rate ${rate}${targets.length > 1 ? `, ${t.name}, round ${round + 1}` : ''}: sent ${r.sentRate.toFixed(0)}/s, 201 ${(100 * run.ok / r.scheduled).toFixed(1)}%, p50 ${s.p50Ms.toFixed(1)} ms, p99 ${s.p99Ms.toFixed(1)} ms, end to end ${e2e.toFixed(0)} µs/auth${t.name === 'redis' ? `, decided without Redis ${alone} of ${r.completed}` : ''}`)
       }
     }
   }
@@ -165,6 +176,7 @@ try {
   console.log(`| load generator (this process) | ${columns.map(c => per(c.key, r => r.generator).toFixed(0)).join(' | ')} |`)
   console.log(`| commits per authorization, whole database (1 / the mean group commit) | ${columns.map(c => per(c.key, r => r.commits).toFixed(3)).join(' | ')} |`)
   console.log(`| WAL bytes (full-page images) per authorization, whole server | ${columns.map(c => `${per(c.key, r => r.walBytes).toFixed(0)} (${per(c.key, r => r.walFpi).toFixed(2)})`).join(' | ')} |`)
+  if (a.redis) console.log(`| decided without Redis (store out or over budget) | ${columns.map(c => c.target.name === 'redis' ? String(runs.get(c.key)!.reduce((x, r) => x + r.alone, 0)) : '—').join(' | ')} |`)
   console.log(`| sent req/s | ${columns.map(c => mean(c.key, r => r.sentRate).toFixed(0)).join(' | ')} |`)
   console.log(`| answered 201 | ${columns.map(c => `${(100 * runs.get(c.key)!.reduce((x, r) => x + r.ok, 0) / runs.get(c.key)!.reduce((x, r) => x + r.scheduled, 0)).toFixed(1)}%`).join(' | ')} |`)
   console.log(`| latency p50 / p99 ms (mean of the rounds) | ${columns.map(c => `${mean(c.key, r => r.p50).toFixed(1)} / ${mean(c.key, r => r.p99).toFixed(1)}`).join(' | ')} |`)
