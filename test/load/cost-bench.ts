@@ -81,7 +81,7 @@ try {
     names[redis.pid!] = 'redis-server'
     const url = `http://127.0.0.1:${basePort + 21}`
     // The fleet's gateway as npm start runs it, on the fleet's lanes and keys, with REDIS_URL.
-    const gw = spawn(process.execPath, [...(process.env.PROF ? ['--cpu-prof', '--cpu-prof-dir=/tmp/prof'] : []), path.resolve('dist/services/main.js'), 'gateway'], {
+    const gw = spawn(process.execPath, [path.resolve('dist/services/main.js'), 'gateway'], {
       stdio: 'ignore',
       env: {
         ...process.env, LOG_LEVEL: 'warn', GATEWAY_PORT: String(basePort + 21), GATEWAY_HOST: '127.0.0.1', API_KEYS_FILE: path.join(dataDir, 'api-keys.json'),
