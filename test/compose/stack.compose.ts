@@ -179,6 +179,16 @@ t.test('a crashed tax lane: card-auth unaffected, tax restarted by its policy an
   t.ok(await eventually(async () => (await quote()).status === 200, 30_000, 500), 'quotes answered again')
 })
 
+t.test('the gateway shares its retry limits in redis, and serves on when redis crashes', async t => {
+  const storeUp = async (): Promise<boolean> => /^gateway_retry_guard_store_up(?:\{[^}]*\})? 1$/m.test(String((await call(`${gw}/metrics`)).body))
+  t.ok(await eventually(async () => await storeUp() || undefined, 30_000, 500), 'the gateway\'s retry guard store is up')
+  const before = await containerOf('redis')
+  const card = await cardLoad(30, 8_000, async () => { await run('kill', ['-KILL', String(await pidOf(before.id))]) })
+  t.same(Object.keys(card.statuses), ['201'], `every authorization 201 while redis was down (${JSON.stringify(card.statuses)}, p99 ${card.p99Ms.toFixed(1)} ms)`)
+  t.ok(await eventually(async () => { const c = await containerOf('redis'); return c.restarts > before.restarts && c.health === 'healthy' ? c : undefined }, 120_000, 1_000), 'redis restarted by its policy and healthy')
+  t.ok(await eventually(async () => await storeUp() || undefined, 30_000, 500), 'and the gateway shares its limits there again')
+})
+
 t.test('the image\'s health check turns a hung lane unhealthy', async t => {
   const tax = await containerOf('tax')
   const pid = await pidOf(tax.id)
