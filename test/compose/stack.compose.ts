@@ -47,9 +47,21 @@ fs.writeFileSync(override, `services:
       FRAUD_QUEUE: "0"
 `)
 
+/** A free port whose next one is free too: two gateways are published on both. */
+const freePortPair = async (): Promise<number> => {
+  for (let i = 0; i < 50; i++) {
+    const p = await freePort()
+    const next = await new Promise<boolean>(resolve => { const s = net.createServer().once('error', () => resolve(false)).listen(p + 1, '127.0.0.1', () => s.close(() => resolve(true))) })
+    if (next && p < 65_535) return p
+  }
+  throw new Error('no two consecutive free ports on 127.0.0.1')
+}
+
 // card-auth at two replicas: the gateway balances them (gateway/replica-set.ts).
-const o: StackOptions = { project: `${PROJECT_PREFIX}${process.pid}`, replicas: { 'card-auth': 2 }, gatewayPort: await freePort(), deckPort: await freePort(), overrides: [override], log: say }
+// Two gateways, sharing the retry limits in the stack's redis.
+const o: StackOptions = { project: `${PROJECT_PREFIX}${process.pid}`, replicas: { 'card-auth': 2 }, gateways: 2, gatewayPort: await freePortPair(), deckPort: await freePort(), overrides: [override], log: say }
 const gw = `http://127.0.0.1:${o.gatewayPort}`
+const gw2 = `http://127.0.0.1:${o.gatewayPort! + 1}`
 const deck = `http://127.0.0.1:${o.deckPort}`
 
 const t0 = Date.now()
@@ -179,12 +191,19 @@ t.test('a crashed tax lane: card-auth unaffected, tax restarted by its policy an
   t.ok(await eventually(async () => (await quote()).status === 200, 30_000, 500), 'quotes answered again')
 })
 
-t.test('the gateway shares its retry limits in redis, and serves on when redis crashes', async t => {
+t.test('two gateways share their retry limits in redis, and serve on when redis crashes', async t => {
   const storeUp = async (): Promise<boolean> => /^gateway_retry_guard_store_up(?:\{[^}]*\})? 1$/m.test(String((await call(`${gw}/metrics`)).body))
   t.ok(await eventually(async () => await storeUp() || undefined, 30_000, 500), 'the gateway\'s retry guard store is up')
+  // The INC-4491 limit across both gateways: four attempts of one key, then refused wherever it lands.
+  const shared = key('shared')
+  const attempt = (url: string): Promise<Res> => call(`${url}/v1/authorizations`, { json: { merchantId: 'm_compose', cardToken: card.token, amount: { value: 1, currency: card.currency } }, headers: { ...auth, 'idempotency-key': shared } })
+  const four = []
+  for (let i = 0; i < 4; i++) four.push((await attempt(i % 2 === 0 ? gw : gw2)).status)
+  t.same(four, [201, 201, 201, 201], 'four attempts of one key alternating between the two gateways')
+  t.equal((await attempt(gw2)).body?.code, 'ERR_RETRY_STORM_BLOCKED', 'the fifth refused: one limit for both')
   const before = await containerOf('redis')
-  const card = await cardLoad(30, 8_000, async () => { await run('kill', ['-KILL', String(await pidOf(before.id))]) })
-  t.same(Object.keys(card.statuses), ['201'], `every authorization 201 while redis was down (${JSON.stringify(card.statuses)}, p99 ${card.p99Ms.toFixed(1)} ms)`)
+  const load = await cardLoad(30, 8_000, async () => { await run('kill', ['-KILL', String(await pidOf(before.id))]) })
+  t.same(Object.keys(load.statuses), ['201'], `every authorization 201 while redis was down (${JSON.stringify(load.statuses)}, p99 ${load.p99Ms.toFixed(1)} ms)`)
   t.ok(await eventually(async () => { const c = await containerOf('redis'); return c.restarts > before.restarts && c.health === 'healthy' ? c : undefined }, 120_000, 1_000), 'redis restarted by its policy and healthy')
   t.ok(await eventually(async () => await storeUp() || undefined, 30_000, 500), 'and the gateway shares its limits there again')
 })
