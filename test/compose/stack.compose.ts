@@ -41,6 +41,8 @@ const override = path.join(dir, 'override.yml')
 fs.writeFileSync(override, `services:
   gateway:
     volumes: ["${path.join(dir, 'keys')}:/run/watertight/keys:ro"]
+    environment:
+      RETRY_STORE_BUDGET_MS: "250"
   fraud:
     environment:
       FRAUD_PERMITS: "1"
@@ -192,8 +194,8 @@ t.test('a crashed tax lane: card-auth unaffected, tax restarted by its policy an
 })
 
 t.test('two gateways share their retry limits in redis, and serve on when redis crashes', async t => {
-  const storeUp = async (): Promise<boolean> => /^gateway_retry_guard_store_up(?:\{[^}]*\})? 1$/m.test(String((await call(`${gw}/metrics`)).body))
-  t.ok(await eventually(async () => await storeUp() || undefined, 30_000, 500), 'the gateway\'s retry guard store is up')
+  const storeUp = async (url = gw): Promise<boolean> => /^gateway_retry_guard_store_up(?:\{[^}]*\})? 1$/m.test(String((await call(`${url}/metrics`)).body))
+  t.ok(await eventually(async () => (await storeUp(gw) && await storeUp(gw2)) || undefined, 30_000, 500), 'both gateways\' retry guard store is up')
   // The INC-4491 limit across both gateways: four attempts of one key, then refused wherever it lands.
   const shared = key('shared')
   const attempt = (url: string): Promise<Res> => call(`${url}/v1/authorizations`, { json: { merchantId: 'm_compose', cardToken: card.token, amount: { value: 1, currency: card.currency } }, headers: { ...auth, 'idempotency-key': shared } })

@@ -24,7 +24,9 @@ const redis = await startRedis(t)
 const supEnv = { ...process.env, ...db.env, DATABASE_URL: db.superUrl, DATA_DIR: dataDir, FLEET_DIST: DIST_DIR, FLEET_PREBUILT: 'true', FLEET_NODE_ARGS_TAX: '--max-old-space-size=200', ...portEnv }
 const sup = spawn(process.execPath, [...TS_LOADER, 'services/supervisor/main.ts'], {
   cwd: ROOT,
-  env: { ...supEnv, GATEWAY_REPLICAS: '2', REDIS_URL: redis.url },
+  // The gateways' store budget far above the default 5 ms: a CI host busy with
+  // two freshly started gateways would have them decide some requests alone.
+  env: { ...supEnv, GATEWAY_REPLICAS: '2', REDIS_URL: redis.url, RETRY_STORE_BUDGET_MS: '250' },
   stdio: ['ignore', 'pipe', 'pipe'],
 })
 const lines: string[] = []
@@ -75,6 +77,9 @@ t.test('the fleet comes up with credentials, survives a killed lane, and stops c
   t.same(creds.gatewayUrls, [creds.gatewayUrl, `http://127.0.0.1:${ports.GATEWAY_PORT + 1}`], 'both gateways in credentials.json')
   t.ok(lines.some(l => l.includes(`http://127.0.0.1:${ports.GATEWAY_PORT + 1}`) && l.includes('sharing retry limits')), 'and printed')
   // The retry limit is the two gateways': 4 attempts of a key across both, the 5th refused.
+  // Each gateway's warm-up may have found the store over budget; its breaker probes each second.
+  const storeUp = async (url: string): Promise<boolean> => /^gateway_retry_guard_store_up(?:\{[^}]*\})? 1$/m.test(String((await call(url + '/metrics')).body))
+  t.ok(await eventually(async () => (await storeUp(creds.gatewayUrls[0]) && await storeUp(creds.gatewayUrls[1])) || undefined, 20_000, 200), 'both gateways decide in Redis')
   const at = (url: string, key: string) => call(url + '/v1/authorizations', { json: { merchantId: 'm_sup', cardToken: card.token, amount: { value: 100, currency: card.currency } }, headers: { authorization: `Bearer ${creds.apiKey}`, 'idempotency-key': key } })
   const four = []
   for (let i = 0; i < 4; i++) four.push((await at(creds.gatewayUrls[i % 2], 'sup-shared')).status)
