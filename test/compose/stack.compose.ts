@@ -41,8 +41,6 @@ const override = path.join(dir, 'override.yml')
 fs.writeFileSync(override, `services:
   gateway:
     volumes: ["${path.join(dir, 'keys')}:/run/watertight/keys:ro"]
-    environment:
-      RETRY_STORE_BUDGET_MS: "250"
   fraud:
     environment:
       FRAUD_PERMITS: "1"
