@@ -17,7 +17,7 @@ import { BALANCING_DEFAULTS, createUpstreams, closeUpstreams, startUpstreams, ty
 import { registerReplicaMetrics, replicaViews } from './replica-metrics.ts'
 import { laneRoutes, type ProxyCounters } from './proxy.ts'
 import type { KeySource } from './auth.ts'
-import { RETRY_GUARD_DEFAULTS, retryGuard, type RetryGuardConfig, type RetryGuardOptions } from './retry-guard.ts'
+import { replicaShare, RETRY_GUARD_DEFAULTS, retryGuard, type RetryGuardConfig, type RetryGuardOptions } from './retry-guard.ts'
 import { RedisGuardStore } from './guard-store.ts'
 import { isRehearsal, type GatewayWarmUp } from './warm-up.ts'
 
@@ -129,7 +129,7 @@ export async function buildApp (cfg: GatewayConfig) {
 function sharedGuardStore (app: FastifyInstance, registry: client.Registry, cfg: GatewayConfig, retry: RetryGuardConfig, holdMs: number): RetryGuardOptions['shared'] {
   const s = cfg.sharedStore
   if (s === undefined) return undefined
-  const share = Math.max(1, Math.floor(retry.perKeyAttempts / s.replicas))
+  const share = replicaShare(retry, s.replicas).perKeyAttempts
   const store = new RedisGuardStore({
     url: s.url,
     budgetMs: s.budgetMs,

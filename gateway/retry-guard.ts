@@ -19,7 +19,7 @@
 // shared by every gateway replica (guard-store.ts): one round trip decides
 // all of the above. While Redis is out, each replica enforces its share of
 // each limit here (limit / GATEWAY_REPLICAS, at least one attempt per key).
-import type { FastifyInstance, FastifyPluginAsync, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import fp from 'fastify-plugin'
 import rateLimit, { type RateLimitPluginOptions } from '@fastify/rate-limit'
 import { AppError } from '../shared/errors.ts'
@@ -220,10 +220,12 @@ const retryGuardPlugin: FastifyPluginAsync<RetryGuardOptions> = async (app, { co
     }
     done(null, payload)
   })
-  const release = (req: FastifyRequest, retryAfterS: number): void => {
+  // `reply`: the answer (none when the client went away first).
+  const release = (req: FastifyRequest, reply?: FastifyReply): void => {
     const decided = (req as Held)[SHARED]
     if (decided !== undefined) {
       delete (req as Held)[SHARED]
+      const retryAfterS = reply ? Number(reply.getHeader('retry-after')) || 0 : 0
       shared!.store.answered(clientOf(req), decided.key, req.id, decided.held, retryAfterS > 0 ? retryAfterS * 1000 * (1 - EARLY_TOLERANCE) : 0)
       return
     }
@@ -232,8 +234,8 @@ const retryGuardPlugin: FastifyPluginAsync<RetryGuardOptions> = async (app, { co
     delete (req as Held)[HELD]
     local.release(key)
   }
-  app.addHook('onResponse', (req, reply, done) => { release(req, Number(reply.getHeader('retry-after')) || 0); done() })
-  app.addHook('onRequestAbort', (req, done) => { release(req, 0); done() })
+  app.addHook('onResponse', (req, reply, done) => { release(req, reply); done() })
+  app.addHook('onRequestAbort', (req, done) => { release(req); done() })
 
   const sharedGuard = async (req: FastifyRequest): Promise<boolean> => {
     const key = req.headers['idempotency-key']
@@ -257,7 +259,7 @@ const retryGuardPlugin: FastifyPluginAsync<RetryGuardOptions> = async (app, { co
   }
 
   app.decorate('retryGuard', async function guard (req: FastifyRequest): Promise<void> {
-    // Asked even while it is out: the breaker answers at once then, and lets a probe through each second.
+    // While the store is out it throws at once, and this replica decides alone.
     if (shared) {
       if (await sharedGuard(req)) return
       shared.onLocal()
