@@ -58,8 +58,8 @@
 //     concurrency: each claim waits for the other's commit (a WAL flush).
 //  5. (chosen) 4 with shares: the exclusive lock only to grow a share; the
 //     steady state claims under the shared lock, and the commits of both
-//     workers share WAL flushes. `npm run bench:queue -- --peers` (2026-12-01,
-//     7417990): two worker processes at MaxWorkers 10, 3,598-4,285 jobs/s
+//     workers share WAL flushes. `npm run bench:queue -- --peers`
+//     (docs/benchmarks.md): two worker processes at MaxWorkers 10, 3,598-4,285 jobs/s
 //     against 3,543-3,845 unlimited at the same concurrency (the limit costs
 //     nothing measurable); library claimers 3,718-4,818 against 4,519-6,554.
 //     Unlimited: 16,900-19,371 through the workers, 20,562-26,712 as library
