@@ -33,7 +33,8 @@ t.test('warming: alive, not ready, until the pool is open and the hot path ran',
 
   await release()
   t.ok(await eventually(async () => (await call(lane.url + '/health/ready')).status === 200, 30_000, 200), 'ready once the pool could open')
-  const warm = lane.log.map(l => { try { return JSON.parse(l) as { msg?: string, status?: number, hotPath?: string } } catch { return {} } }).find(o => o.msg === 'warm: ready')
+  // Its log line is written before it turns ready; its pipe may bring it a moment later.
+  const warm = await eventually(async () => lane.log.map(l => { try { return JSON.parse(l) as { msg?: string, status?: number, hotPath?: string } } catch { return {} } }).find(o => o.msg === 'warm: ready'), 10_000, 50)
   t.match(warm, { hotPath: /^\/v1\/fraud\/screenings\//, status: 404 }, 'after its hot path ran once (an id no row has: 404)')
   t.match((await call(lane.url + '/health/ready')).body, { status: 'ready', warming: false })
 })
