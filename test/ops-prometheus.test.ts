@@ -18,7 +18,7 @@ const RULES = 'deploy/prometheus/rules/watertight.rules.yml'
 const RULE_TESTS = 'deploy/prometheus/tests/watertight.rules.test.yml'
 const DASHBOARD = 'deploy/grafana/watertight-dashboard.json'
 
-const ALERTS = ['BulkheadSaturated', 'BulkheadRejectionRateHigh', 'LaneDown', 'QueueLag', 'ALERT_BULKHEAD_RECOVERY_LAG', 'GatewayRetryStorm', 'RetryGuardStoreDown']
+const ALERTS = ['BulkheadSaturated', 'BulkheadRejectionRateHigh', 'LaneDown', 'QueueLag', 'ALERT_BULKHEAD_RECOVERY_LAG', 'GatewayRetryStorm', 'RetryGuardStoreDown', 'DependencyBreakerOpen']
 const LANES = ['card-auth', 'fraud', 'tax']
 
 // What the fleet's processes declare (prom-client), by type: histograms and
@@ -43,6 +43,9 @@ const FLEET: Record<string, 'Gauge' | 'Counter' | 'Histogram' | 'Summary'> = {
   gateway_shed_total: 'Counter',
   gateway_retry_guard_store_up: 'Gauge',
   gateway_retry_guard_local_decisions_total: 'Counter',
+  dependency_breaker_state: 'Gauge',
+  dependency_breaker_transitions_total: 'Counter',
+  dependency_breaker_short_circuited_total: 'Counter',
   queue_jobs: 'Gauge',
   queue_max_workers: 'Gauge',
   queue_oldest_pending_age_seconds: 'Gauge',

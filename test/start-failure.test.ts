@@ -204,6 +204,8 @@ t.test('a start that fails ends the process with one line, exit code 1, no stack
   const cases: Array<{ what: string, args: string[], env: Record<string, string>, code: string, says: RegExp }> = [
     { what: 'a bad setting', args: ['worker'], env: workerEnv(db.roleUrl(jobsRole), { WORKER_SLOTS: 'many' }), code: 'ERR_CONFIG_INVALID', says: /WORKER_SLOTS must be an integer in decimal digits/ },
     { what: 'a refused password', args: ['worker'], env: workerEnv(wrong.toString(), { WORKER_START_BUDGET_MS: '0' }), code: 'ERR_DB_AUTH_FAILED', says: /PG_ROLE_PASSWORD_JOBS_DS/ },
+    { what: 'a bad breaker setting of the tax lane', args: ['tax'], env: { ...db.env, DATABASE_URL: db.laneUrl('tax'), TAX_PORT: '0', TAX_BREAKER_FAILURE_RATE: '1.5' }, code: 'ERR_CONFIG_INVALID', says: /TAX_BREAKER_FAILURE_RATE must be < 1/ },
+    { what: 'a breaker of worker-tax that could never open', args: ['worker'], env: workerEnv(db.roleUrl(jobsRole), { WORKER_QUEUES: 'tax-reconcile', TAX_DATABASE_URL: db.laneUrl('tax'), TAX_BREAKER_MIN_CALLS: '50' }), code: 'ERR_CONFIG_INVALID', says: /TAX_BREAKER_MIN_CALLS \(50\) must not exceed TAX_BREAKER_WINDOW_CALLS \(20\)/ },
     { what: 'a port in use', args: ['tax-sandbox'], env: { TAX_SANDBOX_PORT: heldPort }, code: 'ERR_PORT_IN_USE', says: new RegExp(`port ${heldPort} is already in use \\(TAX_SANDBOX_PORT\\)`) },
   ]
   for (const c of cases) {

@@ -22,6 +22,8 @@ export interface LaneStatus {
   pool: { total: number, idle: number, waiting: number, max: number }
   rejections: Record<string, number>
   latency: { windowSeconds: number, p50Ms: number | null, p99Ms: number | null }
+  /** The lane's outbound dependencies' circuit breakers (shared/breaker.ts). */
+  breakers?: Array<{ dependency: string, state: 'closed' | 'open' | 'half_open', since: string }>
   pid: number
   rssBytes: number
 }

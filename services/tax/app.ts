@@ -5,6 +5,7 @@ import { createUpstreamPool } from '../../shared/lane-kit/http.ts'
 import { taxRoutes } from './routes.ts'
 import { compensationSource } from './compensation/certificate.ts'
 import { compensationWriter } from './store-quote.ts'
+import { logTransition, providerBreaker, type TaxBreakerConfig } from './breaker.ts'
 
 export interface TaxConfig {
   limits: LaneLimits
@@ -13,6 +14,7 @@ export interface TaxConfig {
   /** Well under the 10 s hard cap: see docs/operations.md, "Tax quote deadline". */
   quoteDeadlineMs: number
   compensation: { tableFile: string, certificateFile: string, maxAgeMs: number }
+  breaker: TaxBreakerConfig
   logger?: FastifyServerOptions['logger']
 }
 
@@ -20,7 +22,13 @@ export async function buildApp (cfg: TaxConfig) {
   const provider = createUpstreamPool(cfg.providerUrl, cfg.limits, { timeoutMs: cfg.quoteDeadlineMs })
   const compensation = compensationSource(cfg.compensation)
   const writer = compensationWriter(cfg.databaseUrl, { warn: (o, m) => built.app.log.warn(o, m) }, cfg.limits.db.commitDelayMs)
-  const built = await buildLaneApp({ ...cfg, routes: taxRoutes({ provider, quoteDeadlineMs: cfg.quoteDeadlineMs, compensation, writer }) })
+  const breaker = providerBreaker(cfg.breaker, provider, t => {
+    logTransition(built.app.log, t)
+    // MC-RT-01's recovery is measured from the provider's return: the probe that closed the breaker.
+    if (t.to === 'open') built.kit.recovery.dependencyFailed('provider')
+    if (t.to === 'closed') built.kit.recovery.dependencyOk('provider')
+  })
+  const built = await buildLaneApp({ ...cfg, routes: taxRoutes({ provider, quoteDeadlineMs: cfg.quoteDeadlineMs, compensation, writer, breaker }) })
   built.app.addHook('onClose', async () => { compensation.close(); await writer.close(); await provider.destroy() })
   built.app.get('/compensation', async () => compensation.status())
   writer.warm()

@@ -4,7 +4,24 @@
 import { Type } from 'typebox'
 import { DEFAULT_TABLE_FILE } from './compensation/table.ts'
 
+/**
+ * The provider's circuit breaker (shared/breaker.ts), read by the lane and by
+ * worker-tax, each with a breaker of its own. Defaults: opened when half of the
+ * last 20 calls (at least 10) failed or took over 1 s, half the quote deadline,
+ * when a healthy provider answers in milliseconds; probed 3 s later, so a
+ * provider that heals is used again within the spec's 5 s recovery bound.
+ */
+export const TAX_BREAKER_ENV = {
+  TAX_BREAKER: Type.Union([Type.Literal('on'), Type.Literal('off')], { default: 'on' }),
+  TAX_BREAKER_FAILURE_RATE: Type.Number({ default: 0.5, exclusiveMinimum: 0, exclusiveMaximum: 1 }),
+  TAX_BREAKER_WINDOW_CALLS: Type.Integer({ default: 20, minimum: 1, maximum: 10_000 }),
+  TAX_BREAKER_MIN_CALLS: Type.Integer({ default: 10, minimum: 1, maximum: 10_000 }),
+  TAX_BREAKER_SLOW_CALL_MS: Type.Integer({ default: 1_000, minimum: 1, maximum: 10_000 }),
+  TAX_BREAKER_HALF_OPEN_AFTER_MS: Type.Integer({ default: 3_000, minimum: 10, maximum: 600_000 }),
+}
+
 export const TAX_ENV = Type.Object({
+  ...TAX_BREAKER_ENV,
   TAX_PROVIDER_URL: Type.String({ default: 'http://127.0.0.1:8190', pattern: '^https?://' }),
   TAX_QUOTE_DEADLINE_MS: Type.Integer({ default: 2_000, minimum: 10, maximum: 10_000 }),
   TAX_COMPENSATION_TABLE: Type.String({ default: DEFAULT_TABLE_FILE }),
@@ -21,4 +38,5 @@ export const TAX_ENV = Type.Object({
 export const TAX_RECONCILE_ENV = Type.Object({
   TAX_PROVIDER_URL: TAX_ENV.properties.TAX_PROVIDER_URL,
   TAX_RECONCILE_PER_SECOND: Type.Number({ default: 10, minimum: 0.1, maximum: 10_000 }),
+  ...TAX_BREAKER_ENV,
 })

@@ -14,22 +14,41 @@ import type { LaneResult } from '../../shared/lane-kit/admission.ts'
 import { clientIdOf, fingerprint, idempotencyKeyOf, replay } from '../../shared/lane-kit/request-context.ts'
 import { storedResponseRoute } from '../../shared/lane-kit/stored-response.ts'
 import type { CompensationSource } from './compensation/certificate.ts'
+import { send } from '../../shared/lane-kit/admission.ts'
+import { BreakerOpenError, type DependencyBreaker } from '../../shared/breaker.ts'
 import { ProviderError, providerFailure, quoteFromProvider } from './provider.ts'
 import { quoteRecord, storeQuote, storeShedQuote, type QuoteSource } from './store-quote.ts'
 
 type CompensationWriter = Parameters<typeof storeShedQuote>[0]
 
-export interface TaxRouteOptions { provider: Pool, quoteDeadlineMs: number, compensation: CompensationSource, writer: CompensationWriter }
+export interface TaxRouteOptions {
+  provider: Pool
+  quoteDeadlineMs: number
+  compensation: CompensationSource
+  writer: CompensationWriter
+  /** The provider's circuit breaker (absent with TAX_BREAKER=off). */
+  breaker?: DependencyBreaker
+}
+
+type CompensationReason = 'saturated' | 'provider_error' | 'provider_deadline' | 'breaker_open'
+const WHY: Record<Exclude<CompensationReason, 'saturated'>, string> = {
+  provider_error: 'provider failed',
+  provider_deadline: 'provider missed the quote deadline',
+  breaker_open: 'the provider\'s breaker is open',
+}
 
 const RETRY = { 'retry-after': '5' }
 
 export function taxRoutes (opts: TaxRouteOptions) {
   return (app: FastifyInstance, kit: LaneKit): void => {
+    const breaker = opts.breaker
+    if (breaker) kit.breakers.push(breaker)
     // While the provider is failing, a quote of our own once a second tells the
-    // lane when it is back, even if no request of a client gets that far.
-    kit.recovery.probe('provider', () => quoteFromProvider(opts.provider, { jurisdiction: 'DE', amount: { value: 100, currency: 'EUR' } }, { deadlineMs: opts.quoteDeadlineMs, signals: [] }))
+    // lane when it is back, even if no request of a client gets that far. With a
+    // breaker, its probe is that quote, and no more calls than its are made.
+    if (!breaker) kit.recovery.probe('provider', () => quoteFromProvider(opts.provider, { jurisdiction: 'DE', amount: { value: 100, currency: 'EUR' } }, { deadlineMs: opts.quoteDeadlineMs, signals: [] }))
     // Answer from the certified table, or say exactly why not.
-    const compensate = async (req: FastifyRequest, why: 'saturated' | 'provider_error' | 'provider_deadline', exec?: Execution): Promise<LaneResult> => {
+    const compensate = async (req: FastifyRequest, why: CompensationReason, exec?: Execution): Promise<LaneResult> => {
       const body = req.body as TaxQuoteRequest
       const c = opts.compensation.rateFor(body.jurisdiction)
       if (!c.ok) {
@@ -38,7 +57,7 @@ export function taxRoutes (opts: TaxRouteOptions) {
           const fields = rateLimitFields({ name: 'tax', quota: kit.limits.permits, windowSeconds: 1, resetSeconds: 5 })
           throw new AppError('ERR_TAX_BULKHEAD_SATURATED', { detail: `all tax permits are busy and ${c.detail}`, headers: { ...RETRY, ...fields.headers }, extensions: fields.extensions })
         }
-        throw new AppError('ERR_TAX_PROVIDER_FAILED', { detail: `${why === 'provider_deadline' ? 'provider missed the quote deadline' : 'provider failed'} and ${c.detail}`, headers: RETRY })
+        throw new AppError('ERR_TAX_PROVIDER_FAILED', { detail: `${WHY[why]} and ${c.detail}`, headers: RETRY })
       }
       const record = quoteRecord(req, { source: 'compensation', rate: c.rate, tableVersion: c.tableVersion, reason: why })
       const r = exec ? await storeQuote(exec, record) : await storeShedQuote(opts.writer, record)
@@ -46,7 +65,7 @@ export function taxRoutes (opts: TaxRouteOptions) {
       return r
     }
 
-    app.post('/v1/tax/quotes', { schema: { body: TaxQuoteRequest } }, kit.admitted(async (req: FastifyRequest, exec) => {
+    const quoteRoute = kit.admitted(async (req: FastifyRequest, exec) => {
       const client = clientIdOf(req)
       const key = idempotencyKeyOf(req)
       const body = req.body as TaxQuoteRequest
@@ -54,7 +73,8 @@ export function taxRoutes (opts: TaxRouteOptions) {
       // permit for the longer of the two rather than their sum; a key already
       // answered stops the provider call and answers from the store.
       const stop = new AbortController()
-      const asked = quoteFromProvider(opts.provider, body, { deadlineMs: opts.quoteDeadlineMs, signals: [exec.signal, stop.signal] })
+      const ask = (signals: AbortSignal[]) => quoteFromProvider(opts.provider, body, { deadlineMs: opts.quoteDeadlineMs, signals: [exec.signal, stop.signal, ...signals] })
+      const asked = breaker ? breaker.call(opened => ask([opened])) : ask([])
       asked.catch(() => {}) // awaited below, or abandoned for a replay
       let seen
       try {
@@ -67,6 +87,8 @@ export function taxRoutes (opts: TaxRouteOptions) {
         kit.recovery.dependencyOk('provider')
         quote = { source: 'provider', rate: q.rate }
       } catch (err) {
+        // Opened while this call waited: the answer is the table's, now.
+        if (err instanceof BreakerOpenError) return compensate(req, 'breaker_open', exec)
         if (!(err instanceof ProviderError)) throw err
         // The provider's health drives the lane's recovery check (MC-RT-01): an
         // unknown jurisdiction is an answer, a deadline or an error is not.
@@ -75,7 +97,12 @@ export function taxRoutes (opts: TaxRouteOptions) {
         return compensate(req, err.kind === 'deadline' ? 'provider_deadline' : 'provider_error', exec)
       }
       return storeQuote(exec, quoteRecord(req, quote))
-    }, (_reason, req) => compensate(req, 'saturated')))
+    }, (_reason, req) => compensate(req, 'saturated'))
+    // An open breaker answers every quote from the table at once, without a
+    // permit: the provider is not called, so there is nothing to bound.
+    app.post('/v1/tax/quotes', { schema: { body: TaxQuoteRequest } }, breaker
+      ? async (req, reply) => breaker.admits() ? quoteRoute(req, reply) : send(reply, await compensate(req, 'breaker_open'))
+      : quoteRoute)
 
     storedResponseRoute(app, kit, { url: '/v1/tax/quotes/:id', table: 'tax.quotes', what: 'tax quote', onReject: () => { throw new AppError('ERR_TAX_BULKHEAD_SATURATED', { headers: RETRY }) } })
   }

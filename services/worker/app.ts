@@ -8,12 +8,13 @@ import type pg from 'pg'
 import healthCheck from '../../shared/health-check.ts'
 import { createHttpApp } from '../../shared/http-app.ts'
 import { countPoolLeaks, createRegistry } from '../../shared/metrics.ts'
+import { breakerMetrics, type DependencyBreaker } from '../../shared/breaker.ts'
 import type { PressureLimits } from '../../shared/pressure-config.ts'
 import { registerProcessOps } from '../../shared/process-ops.ts'
 import { queueStats } from '../../shared/queue/admin.ts'
 import type { Worker } from './runner.ts'
 
-export function buildApp (o: { worker: Worker, pool: pg.Pool, lanePools?: pg.Pool[], pressure: PressureLimits, logger?: FastifyServerOptions['logger'] }) {
+export function buildApp (o: { worker: Worker, pool: pg.Pool, lanePools?: pg.Pool[], breakers?: readonly DependencyBreaker[], pressure: PressureLimits, logger?: FastifyServerOptions['logger'] }) {
   const app = createHttpApp({ logger: o.logger })
   app.register(healthCheck, { name: 'worker', limits: o.pressure, db: { pool: o.pool } })
   const registry = createRegistry('worker')
@@ -47,6 +48,8 @@ export function buildApp (o: { worker: Worker, pool: pg.Pool, lanePools?: pg.Poo
   o.worker.on('rescued', (r: { byQueue: Record<string, number> }) => { for (const [q, n] of Object.entries(r.byQueue)) rescued.inc({ queue: q }, n) })
 
   registerProcessOps(app, { registry, healthCheck: true })
-  app.get('/status', async () => ({ workerId: o.worker.id, running: o.worker.runningByQueue(), ...o.worker.stats, pid: process.pid }))
+  breakerMetrics(registry, () => o.breakers ?? [])
+  app.addHook('onClose', async () => { for (const b of o.breakers ?? []) b.stop() })
+  app.get('/status', async () => ({ workerId: o.worker.id, running: o.worker.runningByQueue(), ...o.worker.stats, breakers: (o.breakers ?? []).map(b => b.status()), pid: process.pid }))
   return app
 }

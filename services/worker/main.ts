@@ -18,6 +18,9 @@ import { WORKER_ENV } from './config.ts'
 import { BUILTIN_JOBS } from './builtin-jobs.ts'
 import type { JobType } from '../../shared/queue/job-types.ts'
 import { Worker } from './runner.ts'
+import { failStart } from '../../shared/start-failure.ts'
+
+interface JobLog { warn (o: object, m: string): void, info (o: object, m: string): void }
 import { treePath } from '../../shared/tree.ts'
 
 const cfg = loadConfig(WORKER_ENV, process.env)
@@ -37,7 +40,10 @@ for (const lane of LANE_NAMES) {
   // .ts from source (tsx), .js once compiled (the container image).
   const file = treePath(`services/${lane}/jobs/index${path.extname(import.meta.filename)}`)
   if (!existsSync(file)) continue
-  types.push(...((await import(file)) as { jobTypes: () => JobType[] }).jobTypes())
+  // Their logs go to the app's logger, built below, once they have something to say.
+  const mod = (await import(file)) as { jobTypes: (o: { log: JobLog }) => JobType[] }
+  // A bad value of the lane's job settings (TAX_RECONCILE_*, TAX_BREAKER_*) is one line, not a stack.
+  try { types.push(...mod.jobTypes({ log: { warn: (o, m) => app.log.warn(o, m), info: (o, m) => app.log.info(o, m) } })) } catch (err) { failStart('worker', err) }
   // The lane's jobs run with the lane's own role, on the share of its CONNECTION
   // LIMIT reserved for the worker, so async work cannot exceed the lane's budget.
   const urlVar = `${envPrefix(lane)}DATABASE_URL`
@@ -64,7 +70,7 @@ const worker = new Worker({
   log: { info: () => {}, warn: (o, m) => app.log.warn(o, m), error: (o, m) => app.log.error(o, m) },
 })
 pool.on('error', err => app.log.error({ err }, 'idle pg client error'))
-const app = buildApp({ worker, pool, lanePools: Object.values(lanePools) as pg.Pool[], pressure, logger })
+const app = buildApp({ worker, pool, breakers: types.flatMap(t => t.breakers ?? []), lanePools: Object.values(lanePools) as pg.Pool[], pressure, logger })
 await worker.start()
 await app.listen({ port: cfg.WORKER_PORT, host: cfg.WORKER_HOST })
 app.log.info({ workerId: worker.id, queues: queueNames, types: types.map(t => t.type) }, 'worker started')

@@ -221,7 +221,8 @@ export class Worker extends EventEmitter {
       entry.executing = false
       try {
         const fatal = (err as { fatal?: boolean }).fatal === true
-        return await fail(this.#o.pool, job.id, job.lease!, (err as Error).message ?? String(err), { fatal, ...this.#o.backoff })
+        const deferred = (err as { deferred?: boolean }).deferred === true
+        return await fail(this.#o.pool, job.id, job.lease!, (err as Error).message ?? String(err), { fatal, deferred, ...this.#o.backoff })
       } catch (e) {
         this.#o.log.error({ err: e, job: job.id }, 'job bookkeeping failed; rescue will pick it up')
         return 'error'
@@ -235,8 +236,20 @@ export class Worker extends EventEmitter {
 
   /** Jobs of queue q this worker may still ask for: its local slots, never above the queue's MaxWorkers, less the `running` it runs. */
   #free (q: string, running: number): number {
+    if (this.#held(q)) return 0
     const n = this.#o.queues[q] ?? 0
     return Math.max(0, Math.min(n, this.#limits.get(q) ?? n) - running)
+  }
+
+  /** A queue whose job types all say they are held (their dependency is down): nothing to claim. */
+  #held (q: string): boolean {
+    let any = false
+    for (const t of this.#types.values()) {
+      if (t.queue !== q) continue
+      if (!t.held?.()) return false
+      any = true
+    }
+    return any
   }
 
   #runningIn (q: string): number {

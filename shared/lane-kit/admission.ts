@@ -106,7 +106,8 @@ async function execute (deps: AdmissionDeps, handler: LaneHandler, req: FastifyR
   }
 }
 
-function send (reply: FastifyReply, r: LaneResult): FastifyReply {
+/** A lane's answer on its reply. */
+export function send (reply: FastifyReply, r: LaneResult): FastifyReply {
   if (r.headers) for (const [k, v] of Object.entries(r.headers)) reply.header(k, v)
   return reply.code(r.status).send(r.body)
 }

@@ -18,6 +18,7 @@ import { registerOpsRoutes } from './ops-routes.ts'
 import { RecoveryWatch } from './recovery.ts'
 import { WARM_UP_HEADER, WarmUp } from './warm-up.ts'
 import { ReplicaShare } from './replica-share.ts'
+import { breakerMetrics, type DependencyBreaker } from '../breaker.ts'
 
 export interface LaneKit {
   readonly limits: LaneLimits
@@ -33,6 +34,8 @@ export interface LaneKit {
   readonly share: ReplicaShare
   /** Whether the replica is warm yet; /health/ready fails until it is (warm-up.ts). */
   readonly warmUp: WarmUp
+  /** The circuit breakers of the lane's outbound dependencies: in /status and the metrics. */
+  readonly breakers: DependencyBreaker[]
   /** Wrap a route handler in the lane's admission bulkhead and deadline. */
   admitted (handler: LaneHandler, onReject: RejectHandler): ReturnType<typeof admitted>
 }
@@ -89,10 +92,12 @@ const laneKitPlugin: FastifyPluginAsync<LaneKitOptions> = async (app, opts) => {
     recoveryLagMs: () => recovery.lagMs(),
   })
   const kit: LaneKit = {
-    limits, bulkhead, state, metrics, registry, recovery, share, warmUp: new WarmUp(),
+    limits, bulkhead, state, metrics, registry, recovery, share, warmUp: new WarmUp(), breakers: [],
     get pool () { return pool() },
     admitted: (handler, onReject) => admitted({ bulkhead, metrics, pool, recovery, deadlineMs: limits.deadlineMs }, handler, onReject),
   }
+
+  breakerMetrics(registry, () => kit.breakers)
 
   app.addHook('onResponse', (req, reply, done) => {
     // The warm-up's own request is not traffic (warm-up.ts).
@@ -104,6 +109,7 @@ const laneKitPlugin: FastifyPluginAsync<LaneKitOptions> = async (app, opts) => {
   })
   app.addHook('onClose', async () => {
     clearInterval(stateTimer)
+    for (const b of kit.breakers) b.stop()
     // By now nothing is in flight: the row goes first, so the other replicas
     // take this one's share at their next heartbeat rather than after its TTL.
     await share.stop()

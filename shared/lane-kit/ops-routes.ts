@@ -18,6 +18,7 @@ export async function laneStatus (kit: LaneKit) {
     deadlineMs: kit.limits.deadlineMs,
     pool: poolCounts(kit.pool),
     recovery: { lagMs: Math.round(kit.recovery.lagMs()), lags: kit.recovery.lags, baselineActive: kit.limits.recovery.baselineActive, lagLimitMs: kit.limits.recovery.lagMs },
+    breakers: kit.breakers.map(b => b.status()),
     db: { role: kit.limits.db.role, roleConnectionLimit: kit.limits.db.roleConnectionLimit, replicas: kit.share.live, share: kit.share.share },
     rejections: kit.metrics.rejections(),
     latency: await kit.metrics.latencyWindow(),

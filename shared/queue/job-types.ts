@@ -5,6 +5,7 @@
 import type pg from 'pg'
 import type { LaneName } from '../lanes.ts'
 import type { Job } from './types.ts'
+import type { DependencyBreaker } from '../breaker.ts'
 
 /** The queues (rows of jobs.queues, created by migration 0005_jobs.sql). */
 export const QUEUES = Object.freeze({
@@ -36,6 +37,25 @@ export interface JobType {
   /** The lane whose data the job touches: it runs with that lane's role. */
   readonly lane?: LaneName
   run (payload: Record<string, unknown>, ctx: JobContext): Promise<unknown>
+  /**
+   * While this says true the worker claims no job of `queue`: the job's
+   * dependency is known to be down (its breaker is open), and a claimed job
+   * could only be put back.
+   */
+  readonly held?: () => boolean
+  readonly queue?: string
+  /** Circuit breakers the job's calls go through: in the worker's /status and metrics. */
+  readonly breakers?: readonly DependencyBreaker[]
+}
+
+/**
+ * Throw this when the job could not even try (its dependency's breaker is
+ * open): it goes back to the queue after its backoff, the attempt not counted,
+ * so waiting out an outage never dead-letters it.
+ */
+export class DeferJobError extends Error {
+  readonly deferred = true
+  constructor (message: string) { super(message); this.name = 'DeferJobError' }
 }
 
 /** Throw this for a failure that no retry can fix: the job goes straight to jobs_dead. */

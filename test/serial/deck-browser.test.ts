@@ -126,6 +126,23 @@ t.test('a tax fault from the page: tax saturates and recovers, card-auth stays N
   t.ok(png.subarray(1, 4).toString() === 'PNG' && png.length > 20_000, `screenshot saved: test-artifacts/deck.png (${png.length} bytes)`)
 })
 
+t.test('the tax tile shows the provider breaker\'s state as it changes', async t => {
+  const line = '[data-lane="tax"] [data-role="breakers"] [data-dependency="tax-provider"]'
+  await page.waitForSelector(`${line}[data-state="closed"]`, { timeout: 20_000 })
+  t.match(await page.innerText(line), /^tax-provider breaker closed for \d+ s \(since .+\)$/, 'closed while the provider answers')
+  // A hung provider: a dozen quotes at once are slow past the 1 s threshold, and it opens.
+  await fleet.setFaults({ mode: 'hang' })
+  const quotes = Array.from({ length: 12 }, (_x, i) => fleet.post('/v1/tax/quotes', { jurisdiction: 'DE', amount: { value: 500 + i, currency: 'EUR' } }))
+  await page.waitForSelector(`${line}:is([data-state="open"], [data-state="half_open"])`, { timeout: 20_000 })
+  t.match(await page.innerText(line), /^tax-provider breaker (open|half-open) for \d+ s/, 'open (or probing) once the provider hangs')
+  const answered = await Promise.all(quotes)
+  // This fleet has no certificate: the breaker changes when the table answers, never whether an uncertified one may (ADV-UC-01).
+  t.ok(answered.every(r => r.status === 503 && r.body.code === 'ERR_UNTESTED_COMPENSATION_REJECTED'), `the quotes were refused as uncertified, never given a rate (${JSON.stringify(answered.map(r => [r.status, r.body.source ?? r.body.code]))})`)
+  await fleet.setFaults({ mode: 'normal' })
+  await page.waitForSelector(`${line}[data-state="closed"]`, { timeout: 20_000 })
+  t.pass('closed again on the page once a probe answered')
+})
+
 t.test('a lane that stops answering is UNRESPONSIVE with its last state, not DOWN; then NORMAL again', async t => {
   // SIGSTOP: the process is alive and holds its sockets, but answers nothing (as a lane
   // starved of CPU misses the deck's deadline). The stop is undone on the failure path too.

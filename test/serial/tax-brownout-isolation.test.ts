@@ -18,7 +18,9 @@ import { compiled, freePort, laneEnv, startProcess } from '../helpers/procs.ts'
 const db = await testDatabase(t)
 await db.query("insert into card_auth.card_accounts (token, currency, available) values ('tok_iso_card', 'EUR', 1000000000)")
 const TAX_DEADLINE_MS = 4_000 // how long a hung tax execution holds its permit
-const env = { ...db.env, TAX_DEADLINE_MS: String(TAX_DEADLINE_MS), TAX_QUOTE_DEADLINE_MS: '10000' }
+// The provider's breaker is off: this is the bulkhead alone holding a provider
+// that keeps every permit (test/tax-breaker.test.ts tests the breaker).
+const env = { ...db.env, TAX_DEADLINE_MS: String(TAX_DEADLINE_MS), TAX_QUOTE_DEADLINE_MS: '10000', TAX_BREAKER: 'off' }
 const sandbox = await startProcess(t, 'tax-sandbox', 'services/tax-sandbox/main.ts', { TAX_SANDBOX_PORT: '0' })
 const setFaults = (f: Record<string, unknown>) => call(sandbox.url + '/faults', { method: 'PUT', json: f })
 const card = await startProcess(t, 'card-auth', 'services/card-auth/main.ts', laneEnv('card-auth', env, db.laneUrl('card-auth')))

@@ -22,7 +22,9 @@ import { assertShedOnArrival, call, eventually, percentile, sleep, timing, type 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wt-brownout-'))
 t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
 const certFile = path.join(dir, 'certificate.json')
-const env = { TAX_CERTIFICATE_FILE: certFile }
+// The provider's breaker is off: this is the bulkhead alone holding a provider
+// that keeps every permit (test/tax-breaker.test.ts tests the breaker).
+const env = { TAX_CERTIFICATE_FILE: certFile, TAX_BREAKER: 'off' }
 const db = await testDatabase(t, env)
 await db.query("insert into card_auth.card_accounts (token, currency, available) values ('tok_brown_1', 'EUR', 1000000000)")
 const fleet = await startFleet(t, db, { lanes: ['card-auth', 'tax'], env })

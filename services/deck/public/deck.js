@@ -157,6 +157,11 @@
   const replicaLine = rs => el('div', { class: 'foot', 'data-role': 'replicas' },
     rs.length === 0 ? 'replicas at the gateway: none known' : `replicas at the gateway: ${rs.map(r => `${r.address} ${r.state} · ${r.inflight} in flight · ${r.requests} sent`).join('; ')}`)
 
+  /** Each outbound dependency's breaker: closed / open / half-open, since when. @param {any[]} bs @param {string} at */
+  const breakerLine = (bs, at) => el('div', { class: 'foot', 'data-role': 'breakers' },
+    ...bs.map(b => el('span', { class: `breaker ${b.state}`, 'data-dependency': b.dependency, 'data-state': b.state },
+      `${b.dependency} breaker ${b.state.replace('_', '-')} for ${Math.max(0, Math.round((Date.parse(at) - Date.parse(b.since)) / 1000))} s (since ${new Date(b.since).toLocaleTimeString()}) `)))
+
   /** @param {any} data */
   function renderLanes (data) {
     const tiles = data.lanes.map((/** @type {any} */ l) => {
@@ -188,6 +193,7 @@
           stat('p99 ms (1 min)', num(s.latency.p99Ms, 1), 'p99'),
           stat('pool total / idle / waiting', `${s.pool.total} / ${s.pool.idle} / ${s.pool.waiting}`, 'pool')),
         el('div', { class: 'foot' }, `pid ${s.pid} · rejected so far: ${reasons || 'none'}`),
+        ...(s.breakers?.length ? [breakerLine(s.breakers, l.checkedAt)] : []),
         replicaLine(l.replicas ?? []))
       return tile
     })

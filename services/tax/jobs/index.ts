@@ -4,17 +4,25 @@
 // backlog after a brownout cannot re-overload the provider, and at most
 // TAX_RECONCILE_PER_SECOND started per second by a worker process, so it cannot
 // take the CPU the lane needs either. Idempotent: it only fills reconciled_* once.
+// The provider's breaker (one per worker process) holds the queue while it is
+// open: no job is claimed, and one that was already running goes back with its
+// backoff, its attempt not counted. Only the breaker's probe calls the provider.
 import { once } from 'node:events'
 import pThrottle from 'p-throttle'
 import type { Pool } from 'undici'
 import { loadConfig } from '../../../shared/config.ts'
 import { TAX_RECONCILE_ENV } from '../config.ts'
 import { createOriginPool } from '../../../shared/lane-kit/http.ts'
-import { FatalJobError, JOB_NAMES, type JobType } from '../../../shared/queue/job-types.ts'
+import { BreakerOpenError } from '../../../shared/breaker.ts'
+import { DeferJobError, FatalJobError, JOB_NAMES, QUEUES, type JobType } from '../../../shared/queue/job-types.ts'
 import { ProviderError, quoteFromProvider } from '../provider.ts'
+import { logTransition, providerBreaker } from '../breaker.ts'
+
+type Log = Parameters<typeof logTransition>[0]
+const SILENT: Log = { warn () {}, info () {} }
 
 /** The job types, with a provider client of their own per worker (3 sockets: MaxWorkers of tax-reconcile). */
-export function jobTypes (): JobType[] {
+export function jobTypes (o: { log?: Log } = {}): JobType[] {
   // A Pool opens no socket until the first job uses it.
   const cfg = loadConfig(TAX_RECONCILE_ENV, process.env)
   const provider: Pool = createOriginPool(cfg.TAX_PROVIDER_URL, { connections: 3, timeoutMs: 5_000 })
@@ -23,10 +31,14 @@ export function jobTypes (): JobType[] {
   // the jobs took a quarter of the core (worker, its backends, the provider) and
   // kept the lane they reconcile saturated, compensating, making more jobs.
   const paced = pThrottle({ limit: 1, interval: 1000 / cfg.TAX_RECONCILE_PER_SECOND })(() => undefined)
+  const breaker = providerBreaker(cfg, provider, t => { logTransition(o.log ?? SILENT, t) })
   return [{
   type: JOB_NAMES.taxReconcile,
   lane: 'tax',
+  queue: QUEUES.taxReconcile,
   idempotent: true,
+  held: () => breaker !== undefined && !breaker.closed,
+  breakers: breaker ? [breaker] : [],
   async run (payload, ctx) {
     // A worker that stops (or loses the job's lease) does not wait out the pace.
     ctx.signal.throwIfAborted()
@@ -39,12 +51,14 @@ export function jobTypes (): JobType[] {
     if (!q) throw new FatalJobError(`quote ${String(payload.quoteId)} does not exist`)
     if (q.reconciled_at) return { already: true }
     try {
-      const p = await quoteFromProvider(provider, { jurisdiction: q.jurisdiction, amount: { value: Number(q.amount), currency: q.currency } }, { deadlineMs: 5_000, signals: [ctx.signal] })
+      const ask = (signals: AbortSignal[]) => quoteFromProvider(provider, { jurisdiction: q.jurisdiction, amount: { value: Number(q.amount), currency: q.currency } }, { deadlineMs: 5_000, signals: [ctx.signal, ...signals] })
+      const p = breaker ? await breaker.call(opened => ask([opened])) : await ask([])
       const trueTax = Math.round(Number(q.amount) * p.rate)
       await db.query('update tax.quotes set reconciled_rate = $2, reconciled_tax = $3, reconciled_at = now() where id = $1 and reconciled_at is null', [payload.quoteId, p.rate, trueTax])
       return { rate: p.rate, tax: trueTax, difference: trueTax - Number(q.tax) }
     } catch (err) {
       if (err instanceof ProviderError && err.kind === 'unknown_jurisdiction') throw new FatalJobError(err.message)
+      if (err instanceof BreakerOpenError) throw new DeferJobError(err.message)
       throw err // retried with backoff until the provider answers
     }
   },

@@ -24,6 +24,8 @@ import { buildApp as buildCardAuth } from '../../../services/card-auth/app.ts'
 import { buildApp as buildFraud } from '../../../services/fraud/app.ts'
 import { buildApp as buildTax } from '../../../services/tax/app.ts'
 import { DEFAULT_TABLE_FILE } from '../../../services/tax/compensation/table.ts'
+import { TAX_ENV } from '../../../services/tax/config.ts'
+import { loadConfig } from '../../../shared/config.ts'
 import { Bulkhead } from '../../../shared/bulkhead.ts'
 import { LANE_NAMES, envPrefix, laneLimits, type LaneLimits, type LaneName } from '../../../shared/lanes.ts'
 
@@ -83,6 +85,8 @@ const lanes = {
     limits: limits.tax, databaseUrl: env.DATABASE_URL!, logger,
     providerUrl: env.TAX_PROVIDER_URL!, quoteDeadlineMs: Number(env.TAX_QUOTE_DEADLINE_MS ?? 2_000),
     compensation: { tableFile: DEFAULT_TABLE_FILE, certificateFile: path.join(dataDir, 'tax-certificate.json'), maxAgeMs: 168 * 3_600_000 },
+    // The shared-pool service of INC-4491 had no breaker either.
+    breaker: loadConfig(TAX_ENV, { TAX_BREAKER: 'off' }),
   })).app,
 }
 // A: every lane's own bulkhead is 500 wide (above), and one admission limit of

@@ -109,7 +109,7 @@ const outDir = path.resolve(a.out!)
 const runId = crypto.randomBytes(4).toString('hex')
 
 // ---- the fleet ------------------------------------------------------------
-interface Target { gatewayUrl: string, deckUrl: string, apiKey: string, adminToken: string, databaseUrl: string, stop (): Promise<void>, pinned: string | undefined, pinnedProcesses: number, own: boolean, pid?: number }
+interface Target { gatewayUrl: string, deckUrl: string, apiKey: string, adminToken: string, databaseUrl: string, sandboxUrl?: string, stop (): Promise<void>, pinned: string | undefined, pinnedProcesses: number, own: boolean, pid?: number }
 async function fleetUnderTest (): Promise<Target> {
   if (a.gateway) {
     const need = ['API_KEY', 'ADMIN_TOKEN', 'DATABASE_URL'].filter(k => !process.env[k])
@@ -210,7 +210,7 @@ async function main (): Promise<number> {
     const t0 = performance.now()
     const wall0 = Date.now()
     const at = (): number => (performance.now() - t0) / 1000
-    interface Sample { s: number, lanes: Record<string, { up: boolean, error: string | null, state: string | null, active: number | null, permits: number | null, checkedAt: number, answeredAt: number }>, rssBytes: number, processes: number }
+    interface Sample { s: number, lanes: Record<string, { up: boolean, error: string | null, state: string | null, active: number | null, permits: number | null, breaker: string | null, checkedAt: number, answeredAt: number }>, rssBytes: number, processes: number }
     const samples: Sample[] = []
     let sampling = true
     const sampler = (async () => {
@@ -222,7 +222,7 @@ async function main (): Promise<number> {
           let rss = v.deck?.rssBytes ?? 0
           let processes = 1
           for (const l of v.lanes) {
-            lanes[l.name] = { up: l.up, error: l.up ? null : (l.error ?? 'unknown'), state: l.status?.state ?? null, active: l.status?.active ?? null, permits: l.status?.permits ?? null, checkedAt: Date.parse(l.checkedAt), answeredAt: Date.parse(l.checkedAt) + (l.pollMs ?? 0) }
+            lanes[l.name] = { up: l.up, error: l.up ? null : (l.error ?? 'unknown'), state: l.status?.state ?? null, active: l.status?.active ?? null, permits: l.status?.permits ?? null, breaker: l.status?.breakers?.[0]?.state ?? null, checkedAt: Date.parse(l.checkedAt), answeredAt: Date.parse(l.checkedAt) + (l.pollMs ?? 0) }
             if (l.rssBytes) { rss += l.rssBytes; processes++ }
           }
           for (const p of v.processes) if (p.rssBytes) { rss += p.rssBytes; processes++ }
@@ -342,16 +342,25 @@ async function main (): Promise<number> {
     // ---- run ------------------------------------------------------------------
     console.log(`drill ${runId}: card ${P.cardRate}/s, tax ${P.taxRate}/s, ${P.stormClients} retrying clients; baseline ${B} s, fault ${F} s (${faultText}), recovery ${R} s`)
     const faultMarks = { setAt: NaN, clearedAt: NaN, clearedWall: NaN }
+    // The provider's own count of the quotes it was asked (a fleet started here: its sandbox).
+    const providerCalls = async (): Promise<number | null> => {
+      if (!fleet.sandboxUrl) return null
+      const text = await (await fetch(`${fleet.sandboxUrl}/metrics`)).text()
+      return [...text.matchAll(/^sandbox_quotes_total\{[^}]*\} (\S+)$/gm)].reduce((n, m) => n + Number(m[1]), 0)
+    }
+    const callsAt: Array<number | null> = []
     // CPU of every process and of the machine at the load's start, the fault's
     // start and end, and the load's end: what each phase used, in cores.
     const cpuMarks: CpuMark[] = [await cpuMark(fleet.pid, db)]
     const fault = (async () => {
       await sleep(faultFrom * 1000 - (performance.now() - t0))
+      callsAt.push(await providerCalls())
       await setFault(true); faultMarks.setAt = at()
       cpuMarks.push(await cpuMark(fleet.pid, db))
       console.log(`  fault on at ${faultMarks.setAt.toFixed(1)} s`)
       await sleep(faultTo * 1000 - (performance.now() - t0))
       await setFault(false); faultMarks.clearedAt = at(); faultMarks.clearedWall = Date.now()
+      callsAt.push(await providerCalls())
       cpuMarks.push(await cpuMark(fleet.pid, db))
       console.log(`  fault off at ${faultMarks.clearedAt.toFixed(1)} s`)
     })()
@@ -385,6 +394,16 @@ async function main (): Promise<number> {
     // this never reads a recovery earlier than it was.
     const back = taxSamples.find(s => s.checkedAt >= faultMarks.clearedWall && s.active !== null && s.active < 5)
     const taxRecoveryMs = back ? back.answeredAt - faultMarks.clearedWall : null
+    // The provider's breaker (issue 43's figures): tax answers during the fault,
+    // the provider's calls in it, and the first poll after the heal that found it closed.
+    const taxFaultH = taxSec.slice(Math.floor(faultFrom), Math.ceil(faultTo)).reduce((h, x) => { h.add(x.h); return h }, newHistogram())
+    const closedAgain = taxSamples.find(s => s.checkedAt >= faultMarks.clearedWall && s.breaker === 'closed')
+    const breaker = {
+      opened: taxSamples.some(s => s.s >= faultFrom && s.breaker !== null && s.breaker !== 'closed'),
+      taxInFault: q(taxFaultH),
+      providerCallsInFault: typeof callsAt[0] === 'number' && typeof callsAt[1] === 'number' ? callsAt[1] - callsAt[0] : null,
+      closedAfterHealMs: closedAgain ? closedAgain.answeredAt - faultMarks.clearedWall : null,
+    }
     // Why the deck saw a lane down, per lane: `timeout` (it did not answer its
     // status poll within the deck's deadline), `refused`, `http 503`, ...
     const downReasons: Record<string, Record<string, number>> = {}
@@ -490,7 +509,7 @@ async function main (): Promise<number> {
       fault: { name: faultName, what: faultText, latencyMs: P.faultLatencyMs, normalLatencyMs: P.normalLatencyMs, seconds: F },
       phases, pass, criteria,
       card: { baseline: q(cardH.baseline), fault: q(cardH.fault), recovery: q(cardH.recovery), answers: { 201: acknowledged.size, ...cardCodes } },
-      tax: { answers: taxCodes, shed: taxShed, shedAnswerMs: { count: shedCount, over5: shedCount - shedUnder, p50: d.p50Ms, p99: d.p99Ms, max: d.maxMs, laneDecision: { p50: dl.p50Ms, p99: dl.p99Ms, max: dl.maxMs }, laneAnswer: { p50: da.p50Ms, p99: da.p99Ms, max: da.maxMs }, gateway: dg.count ? { count: dg.count, p50: dg.p50Ms, p99: dg.p99Ms, max: dg.maxMs } : null }, recoveryMs: taxRecoveryMs, stateTransitions: transitions.filter(x => x.lane === 'tax') },
+      tax: { answers: taxCodes, shed: taxShed, shedAnswerMs: { count: shedCount, over5: shedCount - shedUnder, p50: d.p50Ms, p99: d.p99Ms, max: d.maxMs, laneDecision: { p50: dl.p50Ms, p99: dl.p99Ms, max: dl.maxMs }, laneAnswer: { p50: da.p50Ms, p99: da.p99Ms, max: da.maxMs }, gateway: dg.count ? { count: dg.count, p50: dg.p50Ms, p99: dg.p99Ms, max: dg.maxMs } : null }, recoveryMs: taxRecoveryMs, stateTransitions: transitions.filter(x => x.lane === 'tax'), breaker },
       otherLaneTransitions: transitions.filter(x => x.lane !== 'tax'),
       deckSawDown: { samples: samples.length, reasons: downReasons },
       retryingClient: { ...storms, allowedPerKey },
@@ -508,6 +527,8 @@ async function main (): Promise<number> {
     console.log('\n| card-auth | requests | p50 ms | p99 ms | max ms |\n|---|---|---|---|---|')
     console.log([row('baseline', q(cardH.baseline)), row('fault', q(cardH.fault)), row('recovery', q(cardH.recovery))].join('\n'))
     console.log(`\ncard answers ${JSON.stringify(report.card.answers)}; tax answers ${JSON.stringify(taxCodes)}`)
+    console.log(`tax during the fault: p50 ${breaker.taxInFault.p50Ms} ms, p99 ${breaker.taxInFault.p99Ms} ms (${breaker.taxInFault.count} answers); provider calls in the fault ${breaker.providerCallsInFault ?? 'n/a'}; ` +
+      `provider breaker ${breaker.opened ? `opened, closed ${breaker.closedAfterHealMs === null ? 'never seen' : `${Math.round(breaker.closedAfterHealMs)} ms`} after the heal` : 'never seen open'}`)
     console.log(`retrying client: ${storms.sent} sent, ${storms.blocked} blocked at the gateway, at most ${figures.storm.maxReachedPerKey} per key reached the lane`)
     console.log(`fleet RSS (${rss.processes} Node processes): before ${rss.beforeMb} MB, peak during ${rss.duringPeakMb} MB, after ${rss.afterMb} MB`)
     console.log(`deck samples with a lane down (of ${samples.length}): ${downSummary(downReasons)}`)

@@ -1,0 +1,46 @@
+// The tax provider's circuit breaker, as the lane and worker-tax each build it
+// from TAX_BREAKER_* (services/tax/config.ts). Its probe is one quote for a
+// jurisdiction every provider knows; a call counts against the provider when it
+// errs or misses its deadline, never for an unknown jurisdiction (an answer) or
+// for the caller's own abort.
+import type { Pool } from 'undici'
+import { AppError } from '../../shared/errors.ts'
+import { DependencyBreaker, type BreakerTransition } from '../../shared/breaker.ts'
+import { ProviderError, quoteFromProvider } from './provider.ts'
+
+export interface TaxBreakerConfig {
+  TAX_BREAKER: 'on' | 'off'
+  TAX_BREAKER_FAILURE_RATE: number
+  TAX_BREAKER_WINDOW_CALLS: number
+  TAX_BREAKER_MIN_CALLS: number
+  TAX_BREAKER_SLOW_CALL_MS: number
+  TAX_BREAKER_HALF_OPEN_AFTER_MS: number
+}
+
+/** The breaker, or undefined with TAX_BREAKER=off; a bad combination is ERR_CONFIG_INVALID, said in one line. */
+export function providerBreaker (cfg: TaxBreakerConfig, provider: Pool, onTransition: (t: BreakerTransition) => void): DependencyBreaker | undefined {
+  if (cfg.TAX_BREAKER === 'off') return undefined
+  if (cfg.TAX_BREAKER_MIN_CALLS > cfg.TAX_BREAKER_WINDOW_CALLS) {
+    throw new AppError('ERR_CONFIG_INVALID', { detail: `invalid configuration: TAX_BREAKER_MIN_CALLS (${cfg.TAX_BREAKER_MIN_CALLS}) must not exceed TAX_BREAKER_WINDOW_CALLS (${cfg.TAX_BREAKER_WINDOW_CALLS})` })
+  }
+  return new DependencyBreaker({
+    dependency: 'tax-provider',
+    failureRate: cfg.TAX_BREAKER_FAILURE_RATE,
+    window: cfg.TAX_BREAKER_WINDOW_CALLS,
+    minimumCalls: cfg.TAX_BREAKER_MIN_CALLS,
+    slowCallMs: cfg.TAX_BREAKER_SLOW_CALL_MS,
+    halfOpenAfterMs: cfg.TAX_BREAKER_HALF_OPEN_AFTER_MS,
+    probe: signal => quoteFromProvider(provider, { jurisdiction: 'DE', amount: { value: 100, currency: 'EUR' } }, { deadlineMs: cfg.TAX_BREAKER_SLOW_CALL_MS, signals: [signal] }),
+    isFailure: err => err instanceof ProviderError && err.kind !== 'unknown_jurisdiction',
+    onTransition,
+  }).start()
+}
+
+/** The log line of a transition: opening and closing are warnings, probing is news. */
+export function logTransition (log: { warn (o: object, m: string): void, info (o: object, m: string): void }, t: BreakerTransition): void {
+  const line = t.to === 'open' ? `${t.dependency} breaker open (${t.reason}): answering without it until a probe succeeds`
+    : t.to === 'closed' ? `${t.dependency} breaker closed: a probe answered, calls go through again`
+      : `${t.dependency} breaker half-open: probing`
+  if (t.to === 'half_open') log.info({ breaker: t }, line)
+  else log.warn({ breaker: t }, line)
+}
