@@ -10,7 +10,7 @@
 //   at once, and only the breaker's own probe reaches the dependency, one at a
 //   time, `halfOpenAfterMs` after it opened; the probe's success closes it.
 //   (cockatiel would make a caller the probe and queue the others behind it.)
-import { circuitBreaker, CircuitState, CountBreaker, handleWhen, type CircuitBreakerPolicy } from 'cockatiel'
+import { circuitBreaker, CircuitState, CountBreaker, ExponentialBackoff, handleWhen, noJitterGenerator, type CircuitBreakerPolicy } from 'cockatiel'
 import client from 'prom-client'
 
 export type BreakerStateName = 'closed' | 'open' | 'half_open'
@@ -29,6 +29,8 @@ export interface BreakerOptions {
   slowCallMs: number
   /** How long the breaker stays open before it probes. */
   halfOpenAfterMs: number
+  /** When set, each failed probe doubles that wait, up to this; a close starts again from halfOpenAfterMs. */
+  halfOpenMaxMs?: number
   /** One call of the breaker's own, to learn whether the dependency is back. */
   probe: (signal: AbortSignal) => Promise<unknown>
   /** Whether an error is the dependency's failure (an unknown jurisdiction is an answer; the caller's own abort is nothing). */
@@ -72,7 +74,9 @@ export class DependencyBreaker {
   constructor (o: BreakerOptions) {
     this.#o = o
     this.#policy = circuitBreaker(handleWhen(err => err instanceof SlowCall || o.isFailure(err)), {
-      halfOpenAfter: o.halfOpenAfterMs,
+      halfOpenAfter: o.halfOpenMaxMs && o.halfOpenMaxMs > o.halfOpenAfterMs
+        ? new ExponentialBackoff({ generator: noJitterGenerator, initialDelay: o.halfOpenAfterMs, maxDelay: o.halfOpenMaxMs })
+        : o.halfOpenAfterMs,
       breaker: new CountBreaker({ threshold: o.failureRate, size: o.window, minimumNumberOfCalls: o.minimumCalls }),
     })
     this.#policy.onBreak(r => { this.#lastReason = 'error' in r ? r.error.message : 'isolated' in r ? 'isolated' : 'a failed result' })
@@ -94,7 +98,8 @@ export class DependencyBreaker {
 
   /**
    * Call the dependency through the breaker. `fn` gets a signal that fires if
-   * the breaker opens before it is done; it must stop then.
+   * the breaker opens before it is done; it must stop then, rejecting with the
+   * signal's reason.
    */
   async call<T> (fn: (opened: AbortSignal) => Promise<T>): Promise<T> {
     if (!this.admits()) throw new BreakerOpenError(this.#o.dependency)
@@ -104,12 +109,8 @@ export class DependencyBreaker {
     // The breaker weighs the call when it ends or passes slowCallMs, whichever
     // is first; the caller waits for the call itself.
     await this.#policy.execute(() => this.#slowAt(running, this.#o.slowCallMs)).catch(() => {})
-    try {
-      return await running
-    } catch (err) {
-      if (opened.aborted) throw opened.reason
-      throw err
-    }
+    // A call cut by the opening rejects with the signal's reason, BreakerOpenError.
+    return await running
   }
 
   /** Start looking for the probe's turn while open. */

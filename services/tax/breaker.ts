@@ -18,7 +18,7 @@ export interface TaxBreakerConfig {
 }
 
 /** The breaker, or undefined with TAX_BREAKER=off; a bad combination is ERR_CONFIG_INVALID, said in one line. */
-export function providerBreaker (cfg: TaxBreakerConfig, provider: Pool, onTransition: (t: BreakerTransition) => void): DependencyBreaker | undefined {
+export function providerBreaker (cfg: TaxBreakerConfig, provider: Pool, onTransition: (t: BreakerTransition) => void, o: { halfOpenMaxMs?: number } = {}): DependencyBreaker | undefined {
   if (cfg.TAX_BREAKER === 'off') return undefined
   if (cfg.TAX_BREAKER_MIN_CALLS > cfg.TAX_BREAKER_WINDOW_CALLS) {
     throw new AppError('ERR_CONFIG_INVALID', { detail: `invalid configuration: TAX_BREAKER_MIN_CALLS (${cfg.TAX_BREAKER_MIN_CALLS}) must not exceed TAX_BREAKER_WINDOW_CALLS (${cfg.TAX_BREAKER_WINDOW_CALLS})` })
@@ -30,6 +30,7 @@ export function providerBreaker (cfg: TaxBreakerConfig, provider: Pool, onTransi
     minimumCalls: cfg.TAX_BREAKER_MIN_CALLS,
     slowCallMs: cfg.TAX_BREAKER_SLOW_CALL_MS,
     halfOpenAfterMs: cfg.TAX_BREAKER_HALF_OPEN_AFTER_MS,
+    halfOpenMaxMs: o.halfOpenMaxMs,
     probe: signal => quoteFromProvider(provider, { jurisdiction: 'DE', amount: { value: 100, currency: 'EUR' } }, { deadlineMs: cfg.TAX_BREAKER_SLOW_CALL_MS, signals: [signal] }),
     isFailure: err => err instanceof ProviderError && err.kind !== 'unknown_jurisdiction',
     onTransition,

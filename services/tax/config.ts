@@ -38,5 +38,8 @@ export const TAX_ENV = Type.Object({
 export const TAX_RECONCILE_ENV = Type.Object({
   TAX_PROVIDER_URL: TAX_ENV.properties.TAX_PROVIDER_URL,
   TAX_RECONCILE_PER_SECOND: Type.Number({ default: 10, minimum: 0.1, maximum: 10_000 }),
+  // A held reconcile queue can wait: each failed probe of worker-tax's breaker
+  // doubles its wait up to this, so the provider gets fewer of them in a long outage.
+  TAX_RECONCILE_PROBE_MAX_MS: Type.Integer({ default: 30_000, minimum: 10, maximum: 3_600_000 }),
   ...TAX_BREAKER_ENV,
 })

@@ -31,7 +31,7 @@ export function jobTypes (o: { log?: Log } = {}): JobType[] {
   // the jobs took a quarter of the core (worker, its backends, the provider) and
   // kept the lane they reconcile saturated, compensating, making more jobs.
   const paced = pThrottle({ limit: 1, interval: 1000 / cfg.TAX_RECONCILE_PER_SECOND })(() => undefined)
-  const breaker = providerBreaker(cfg, provider, t => { logTransition(o.log ?? SILENT, t) })
+  const breaker = providerBreaker(cfg, provider, t => { logTransition(o.log ?? SILENT, t) }, { halfOpenMaxMs: cfg.TAX_RECONCILE_PROBE_MAX_MS })
   return [{
   type: JOB_NAMES.taxReconcile,
   lane: 'tax',
