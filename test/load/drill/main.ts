@@ -210,7 +210,7 @@ async function main (): Promise<number> {
     const t0 = performance.now()
     const wall0 = Date.now()
     const at = (): number => (performance.now() - t0) / 1000
-    interface Sample { s: number, lanes: Record<string, { up: boolean, error: string | null, state: string | null, active: number | null, permits: number | null, breaker: string | null, checkedAt: number, answeredAt: number }>, rssBytes: number, processes: number }
+    interface Sample { s: number, lanes: Record<string, { up: boolean, error: string | null, state: string | null, active: number | null, permits: number | null, breaker: string | null, probes: number | null, checkedAt: number, answeredAt: number }>, rssBytes: number, processes: number }
     const samples: Sample[] = []
     let sampling = true
     const sampler = (async () => {
@@ -222,7 +222,7 @@ async function main (): Promise<number> {
           let rss = v.deck?.rssBytes ?? 0
           let processes = 1
           for (const l of v.lanes) {
-            lanes[l.name] = { up: l.up, error: l.up ? null : (l.error ?? 'unknown'), state: l.status?.state ?? null, active: l.status?.active ?? null, permits: l.status?.permits ?? null, breaker: l.status?.breakers?.[0]?.state ?? null, checkedAt: Date.parse(l.checkedAt), answeredAt: Date.parse(l.checkedAt) + (l.pollMs ?? 0) }
+            lanes[l.name] = { up: l.up, error: l.up ? null : (l.error ?? 'unknown'), state: l.status?.state ?? null, active: l.status?.active ?? null, permits: l.status?.permits ?? null, breaker: l.status?.breakers?.[0]?.state ?? null, probes: l.status?.breakers?.[0]?.probes ?? null, checkedAt: Date.parse(l.checkedAt), answeredAt: Date.parse(l.checkedAt) + (l.pollMs ?? 0) }
             if (l.rssBytes) { rss += l.rssBytes; processes++ }
           }
           for (const p of v.processes) if (p.rssBytes) { rss += p.rssBytes; processes++ }
@@ -398,11 +398,16 @@ async function main (): Promise<number> {
     // the provider's calls in it, and the first poll after the heal that found it closed.
     const taxFaultH = taxSec.slice(Math.floor(faultFrom), Math.ceil(faultTo)).reduce((h, x) => { h.add(x.h); return h }, newHistogram())
     const closedAgain = taxSamples.find(s => s.checkedAt >= faultMarks.clearedWall && s.breaker === 'closed')
+    // The lane's own probes in the fault (the rest of the provider's calls: the lane's calls before it opened, and worker-tax's).
+    const probesAt = (wall: number): number | null => taxSamples.filter(s => s.checkedAt <= wall && s.probes !== null).at(-1)?.probes ?? null
+    const faultSetWall = wall0 + faultMarks.setAt * 1000
+    const laneProbes = probesAt(faultMarks.clearedWall)
     const breaker = {
       opened: taxSamples.some(s => s.s >= faultFrom && s.breaker !== null && s.breaker !== 'closed'),
       taxInFault: q(taxFaultH),
       providerCallsInFault: typeof callsAt[0] === 'number' && typeof callsAt[1] === 'number' ? callsAt[1] - callsAt[0] : null,
       closedAfterHealMs: closedAgain ? closedAgain.answeredAt - faultMarks.clearedWall : null,
+      laneProbesInFault: laneProbes !== null ? laneProbes - (probesAt(faultSetWall) ?? 0) : null,
     }
     // Why the deck saw a lane down, per lane: `timeout` (it did not answer its
     // status poll within the deck's deadline), `refused`, `http 503`, ...
@@ -527,7 +532,7 @@ async function main (): Promise<number> {
     console.log('\n| card-auth | requests | p50 ms | p99 ms | max ms |\n|---|---|---|---|---|')
     console.log([row('baseline', q(cardH.baseline)), row('fault', q(cardH.fault)), row('recovery', q(cardH.recovery))].join('\n'))
     console.log(`\ncard answers ${JSON.stringify(report.card.answers)}; tax answers ${JSON.stringify(taxCodes)}`)
-    console.log(`tax during the fault: p50 ${breaker.taxInFault.p50Ms} ms, p99 ${breaker.taxInFault.p99Ms} ms (${breaker.taxInFault.count} answers); provider calls in the fault ${breaker.providerCallsInFault ?? 'n/a'}; ` +
+    console.log(`tax during the fault: p50 ${breaker.taxInFault.p50Ms} ms, p99 ${breaker.taxInFault.p99Ms} ms (${breaker.taxInFault.count} answers); provider calls in the fault ${breaker.providerCallsInFault ?? 'n/a'} (the lane's probes ${breaker.laneProbesInFault ?? 'n/a'}); ` +
       `provider breaker ${breaker.opened ? `opened, closed ${breaker.closedAfterHealMs === null ? 'never seen' : `${Math.round(breaker.closedAfterHealMs)} ms`} after the heal` : 'never seen open'}`)
     console.log(`retrying client: ${storms.sent} sent, ${storms.blocked} blocked at the gateway, at most ${figures.storm.maxReachedPerKey} per key reached the lane`)
     console.log(`fleet RSS (${rss.processes} Node processes): before ${rss.beforeMb} MB, peak during ${rss.duringPeakMb} MB, after ${rss.afterMb} MB`)
