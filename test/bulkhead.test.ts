@@ -93,3 +93,97 @@ t.test('never exceeds its permits under a random storm', async t => {
   t.equal(b.queued, 0)
   t.ok((outcomes.ok ?? 0) > 0 && (outcomes.queue_full ?? 0) + (outcomes.queue_timeout ?? 0) > 0, `both admitted and rejected: ${JSON.stringify(outcomes)}`)
 })
+
+// Fairness between tenants (merchants): a released permit goes to the waiting
+// tenant holding the fewest, round-robin among equals, FIFO within one; a full
+// queue sheds the tenant with the most.
+const settle = async (): Promise<void> => { for (let i = 0; i < 4; i++) await Promise.resolve() }
+
+t.test('waiters are served round-robin across tenants, FIFO within one', async t => {
+  const b = new Bulkhead({ permits: 1, queue: 6, queueWaitMs: 10_000 })
+  const held = [await b.acquire(undefined, 'hot')]
+  const served: string[] = []
+  const wait = (tenant: string, n: number): void => { void b.acquire(undefined, tenant).then(p => { served.push(`${tenant}#${n}`); held.push(p) }) }
+  wait('hot', 1); wait('hot', 2); wait('hot', 3); wait('hot', 4); wait('q1', 1); wait('q2', 1)
+  t.equal(b.queued, 6)
+  t.equal(b.tenantsInFlight, 3)
+  for (let i = 0; i < 7; i++) { held.shift()!.release(); await settle() }
+  t.same(served, ['hot#1', 'q1#1', 'q2#1', 'hot#2', 'hot#3', 'hot#4'], 'one turn each, then the hot tenant\'s rest in its own order')
+  t.equal(b.active, 0)
+  t.equal(b.tenantsInFlight, 0, 'nothing kept for tenants with nothing in flight')
+})
+
+t.test('a full queue sheds the tenant with the most; a freed permit goes to the one holding fewest', async t => {
+  const b = new Bulkhead({ permits: 2, queue: 3, queueWaitMs: 10_000 })
+  const held = [await b.acquire(undefined, 'hot'), await b.acquire(undefined, 'hot')]
+  const hot = [1, 2, 3].map(() => reason(b.acquire(undefined, 'hot')))
+  t.equal(b.queued, 3)
+  t.equal(await reason(b.acquire(undefined, 'hot')), 'queue_full', 'the hot tenant\'s own arrival is refused at once')
+  let quietIn = false
+  const quiet = b.acquire(undefined, 'quiet').then(p => { quietIn = true; return p })
+  t.equal(b.queued, 3, 'the quiet arrival took a place')
+  t.equal(b.displaced, 1)
+  t.equal(await hot[2], 'queue_full', 'the hot tenant\'s newest waiter gave it up')
+  held[0]!.release()
+  await settle()
+  t.ok(quietIn, 'the freed permit went to the quiet tenant, which held none, though it came last')
+  held[1]!.release(); (await quiet).release()
+  for (const x of hot.slice(0, 2)) t.equal(await x, 'admitted')
+})
+
+t.test('equal loads do not displace each other', async t => {
+  const b = new Bulkhead({ permits: 1, queue: 1, queueWaitMs: 10_000 })
+  const a = await b.acquire(undefined, 'a')
+  const waiting = reason(b.acquire(undefined, 'b'))
+  t.equal(await reason(b.acquire(undefined, 'c')), 'queue_full', 'a tenant with one place keeps it against one with none')
+  t.equal(b.displaced, 0)
+  a.release()
+  t.equal(await waiting, 'admitted')
+})
+
+t.test('random arrivals and releases: limits hold, and a waiting tenant is passed only by tenants holding no more than it', async t => {
+  let seed = 42
+  const random = (): number => { seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31; return seed / 2 ** 31 }
+  let checked = 0
+  for (let round = 0; round < 20; round++) {
+    const permits = 1 + Math.floor(random() * 4)
+    const queue = 1 + Math.floor(random() * 6)
+    const b = new Bulkhead({ permits, queue, queueWaitMs: 60_000 })
+    const held: Array<{ tenant: string, p: Permit }> = []
+    const holding = new Map<string, number>()
+    const waiting = new Map<string, number>()
+    let over = 0
+    let unfair = 0
+    for (let step = 0; step < 300; step++) {
+      if (random() < 0.55) {
+        const tenant = random() < 0.6 ? 'hot' : `m${Math.floor(random() * 5)}`
+        let queued = false
+        let settled = false
+        void b.acquire(undefined, tenant).then(p => {
+          settled = true
+          if (queued) {
+            waiting.set(tenant, waiting.get(tenant)! - 1)
+            // Every other tenant still waiting holds at least as many permits as this one did.
+            checked++
+            for (const [other, n] of waiting) if (other !== tenant && n > 0 && (holding.get(other) ?? 0) < (holding.get(tenant) ?? 0)) unfair++
+          }
+          holding.set(tenant, (holding.get(tenant) ?? 0) + 1)
+          held.push({ tenant, p })
+        }, () => { settled = true; if (queued) waiting.set(tenant, waiting.get(tenant)! - 1) })
+        await settle()
+        if (!settled) { queued = true; waiting.set(tenant, (waiting.get(tenant) ?? 0) + 1) }
+      } else if (held.length > 0) {
+        const [h] = held.splice(Math.floor(random() * held.length), 1)
+        holding.set(h!.tenant, holding.get(h!.tenant)! - 1)
+        h!.p.release()
+        await settle()
+      }
+      if (b.active > permits || b.queued > queue) over++
+    }
+    t.equal(over, 0, `round ${round}: never more than ${permits} permits or ${queue} waiting`)
+    t.equal(unfair, 0, `round ${round}: no permit went past a waiting tenant that held fewer`)
+    while (held.length) { held.pop()!.p.release(); await settle() }
+    t.equal(b.tenantsInFlight, 0, `round ${round}: no tenant state left`)
+  }
+  t.ok(checked > 100, `${checked} handovers checked`)
+})
