@@ -16,11 +16,9 @@ import { pressureLimits } from '../../shared/pressure-config.ts'
 import { buildApp } from './app.ts'
 import { WORKER_ENV } from './config.ts'
 import { BUILTIN_JOBS } from './builtin-jobs.ts'
-import type { JobType } from '../../shared/queue/job-types.ts'
+import type { JobLog, JobType } from '../../shared/queue/job-types.ts'
 import { Worker } from './runner.ts'
 import { failStart } from '../../shared/start-failure.ts'
-
-interface JobLog { warn (o: object, m: string): void, info (o: object, m: string): void }
 import { treePath } from '../../shared/tree.ts'
 
 const cfg = loadConfig(WORKER_ENV, process.env)

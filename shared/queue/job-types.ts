@@ -24,6 +24,9 @@ export const JOB_NAMES = Object.freeze({
 
 export type JobName = typeof JOB_NAMES[keyof typeof JOB_NAMES]
 
+/** Where a lane's job types log what is not a job's own result (a breaker's transitions). */
+export interface JobLog { warn (o: object, m: string): void, info (o: object, m: string): void }
+
 export interface JobContext {
   readonly signal: AbortSignal
   readonly job: Job

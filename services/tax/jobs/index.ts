@@ -14,15 +14,14 @@ import { loadConfig } from '../../../shared/config.ts'
 import { TAX_RECONCILE_ENV } from '../config.ts'
 import { createOriginPool } from '../../../shared/lane-kit/http.ts'
 import { BreakerOpenError } from '../../../shared/breaker.ts'
-import { DeferJobError, FatalJobError, JOB_NAMES, QUEUES, type JobType } from '../../../shared/queue/job-types.ts'
+import { DeferJobError, FatalJobError, JOB_NAMES, QUEUES, type JobLog, type JobType } from '../../../shared/queue/job-types.ts'
 import { ProviderError, quoteFromProvider } from '../provider.ts'
 import { logTransition, providerBreaker } from '../breaker.ts'
 
-type Log = Parameters<typeof logTransition>[0]
-const SILENT: Log = { warn () {}, info () {} }
+const SILENT: JobLog = { warn () {}, info () {} }
 
 /** The job types, with a provider client of their own per worker (3 sockets: MaxWorkers of tax-reconcile). */
-export function jobTypes (o: { log?: Log } = {}): JobType[] {
+export function jobTypes (o: { log?: JobLog } = {}): JobType[] {
   // A Pool opens no socket until the first job uses it.
   const cfg = loadConfig(TAX_RECONCILE_ENV, process.env)
   const provider: Pool = createOriginPool(cfg.TAX_PROVIDER_URL, { connections: 3, timeoutMs: 5_000 })
