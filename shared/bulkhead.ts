@@ -12,19 +12,49 @@
 // if that tenant would still have more than the arrival's, else it is refused.
 // One tenant alone gets exactly the plain FIFO bulkhead. State is kept only for
 // tenants with something in flight; a decision looks at no more tenants than
-// the queue has places.
+// the queue has places. A tenant's weight (default 1) scales its share: "holds
+// the fewest" and "has the most" compare permits per unit of weight.
+// A lane with no queue has nothing to reorder or displace: there, `reserve`
+// keeps the last few free permits, while another tenant is in flight, from a
+// tenant already at its share, so the hog is the one refused first. A tenant
+// alone still gets every permit.
 
 import { cancellationOf, type Cancellation } from './cancellation.ts'
 
 export type RejectReason = 'queue_full' | 'queue_timeout' | 'fail_fast' | 'aborted'
 
+/** Where a refused request's tenant stood, when another tenant was in flight too. */
+export interface FairShare {
+  readonly tenant: string
+  /** Permits its tenant held, and places it had in the queue. */
+  readonly held: number
+  readonly queued: number
+  /** Its share of the permits among the tenants in flight, by weight (not rounded). */
+  readonly share: number
+  /** Tenants in flight, its own included. */
+  readonly tenants: number
+  /** It was already queued and gave its place to a tenant holding less. */
+  readonly displaced: boolean
+}
+
 export class BulkheadRejected extends Error {
   readonly reason: RejectReason
-  constructor (reason: RejectReason) {
+  /** Set when other tenants were in flight: the refused one's load and share. */
+  readonly fair: FairShare | undefined
+  constructor (reason: RejectReason, fair?: FairShare) {
     super(`bulkhead rejected: ${reason}`)
     this.name = 'BulkheadRejected'
     this.reason = reason
+    this.fair = fair
   }
+}
+
+/** A tenant's load in the bulkhead, for /status and the deck. */
+export interface TenantLoad {
+  readonly tenant: string
+  readonly held: number
+  readonly queued: number
+  readonly share: number
 }
 
 export interface Permit {
@@ -36,6 +66,7 @@ export interface Permit {
 
 interface Tenant {
   readonly name: string
+  readonly weight: number
   /** Permits it holds. */
   held: number
   /** Its waiters, oldest first. */
@@ -59,6 +90,10 @@ export interface BulkheadOptions {
   queueWaitMs: number
   /** Called after every change of active/queued counts. */
   onChange?: (active: number, queued: number) => void
+  /** A tenant's weight (> 0); default 1 for every tenant. */
+  weight?: (tenant: string) => number
+  /** With no queue: free permits kept from a tenant already at its share. Default 0. */
+  reserve?: number
 }
 
 export class Bulkhead {
@@ -71,14 +106,22 @@ export class Bulkhead {
   readonly #tenants = new Map<string, Tenant>()
   /** Tenants with waiters, in the order they are served (round-robin). */
   readonly #ready = new Map<string, Tenant>()
+  /** The weights of the tenants in flight, summed. */
+  #weights = 0
   /** Waiters that gave their place to a tenant holding less. */
   displaced = 0
+  /** Requests refused while their tenant was at or over its share and another tenant was in flight (displaced ones included). */
+  fairShed = 0
+  readonly reserve: number
+  readonly #weight: (tenant: string) => number
   #onChange: ((active: number, queued: number) => void) | undefined
 
   constructor (opts: BulkheadOptions) {
     this.permits = opts.permits
     this.queueCapacity = opts.queue
     this.queueWaitMs = opts.queueWaitMs
+    this.reserve = opts.queue === 0 ? Math.min(opts.reserve ?? 0, opts.permits - 1) : 0
+    this.#weight = opts.weight ?? (() => 1)
     this.#onChange = opts.onChange
   }
 
@@ -89,7 +132,7 @@ export class Bulkhead {
 
   /** Take a permit without waiting, or null. */
   tryAcquire (tenant = ''): Permit | null {
-    if (this.#active < this.permits && this.#queued === 0) {
+    if (this.#active < this.permits && this.#queued === 0 && !this.#reserved(tenant)) {
       this.#active++
       const t = this.#tenant(tenant)
       t.held++
@@ -97,6 +140,39 @@ export class Bulkhead {
       return this.#permit(t, 0)
     }
     return null
+  }
+
+  /** The free permits left are the reserve, another tenant is in flight, and this one already holds its share. */
+  #reserved (tenant: string): boolean {
+    if (this.permits - this.#active > this.reserve || this.#tenants.size < 2) return false
+    const t = this.#tenants.get(tenant)
+    return t !== undefined && t.held >= this.permits * t.weight / this.#weights
+  }
+
+  /**
+   * The refusal of a request of `name`, with its tenant's standing when others
+   * are in flight: its tenant and the one it is refused for (a displacement's
+   * arrival) are counted even when they have nothing in flight yet.
+   */
+  #refusal (reason: RejectReason, name: string, displacedFor?: string): BulkheadRejected {
+    let tenants = this.#tenants.size
+    let weights = this.#weights
+    const w = (n: string): number => { if (this.#tenants.has(n)) return this.#tenants.get(n)!.weight; tenants++; const x = this.#weight(n); weights += x; return x }
+    const mine = w(name)
+    if (displacedFor !== undefined) w(displacedFor)
+    if (tenants < 2) return new BulkheadRejected(reason)
+    const t = this.#tenants.get(name)
+    const displaced = displacedFor !== undefined
+    const fair: FairShare = { tenant: name, held: t?.held ?? 0, queued: t?.queue.length ?? 0, share: this.permits * mine / weights, tenants, displaced }
+    if (displaced || fair.held + fair.queued >= fair.share) this.fairShed++
+    return new BulkheadRejected(reason, fair)
+  }
+
+  /** The `n` tenants holding the most permits (then places), heaviest first. */
+  top (n: number): TenantLoad[] {
+    const all: TenantLoad[] = []
+    for (const t of this.#tenants.values()) all.push({ tenant: t.name, held: t.held, queued: t.queue.length, share: this.permits * t.weight / this.#weights })
+    return all.sort((a, b) => (b.held - a.held) || (b.queued - a.queued)).slice(0, n)
   }
 
   /**
@@ -109,8 +185,8 @@ export class Bulkhead {
     const now = tryNow()
     const p = this.tryAcquire(tenant)
     if (p) return Promise.resolve(p)
-    if (this.queueCapacity === 0) return Promise.reject(new BulkheadRejected('fail_fast'))
-    if (this.#queued >= this.queueCapacity && !this.#displaceFor(tenant)) return Promise.reject(new BulkheadRejected('queue_full'))
+    if (this.queueCapacity === 0) return Promise.reject(this.#refusal('fail_fast', tenant))
+    if (this.#queued >= this.queueCapacity && !this.#displaceFor(tenant)) return Promise.reject(this.#refusal('queue_full', tenant))
     return new Promise<Permit>((resolve, reject) => {
       const t = this.#tenant(tenant)
       const w: Waiter = { tenant: t, resolve, reject, timer: undefined, enqueuedAt: now, off: undefined, done: false }
@@ -125,44 +201,52 @@ export class Bulkhead {
 
   /**
    * The queue is full: make room for an arrival of `tenant` by refusing the
-   * newest waiter of the tenant with the most permits and places, if that one
-   * would still hold more than the arrival's tenant with it. False: no room.
+   * newest waiter of the tenant with the most permits and places per unit of
+   * weight, if that one would still have at least the arrival's tenant's with
+   * it. False: no room.
    */
   #displaceFor (tenant: string): boolean {
     const mine = this.#tenants.get(tenant)
-    const arriving = (mine?.held ?? 0) + (mine?.queue.length ?? 0) + 1
+    const arriving = ((mine?.held ?? 0) + (mine?.queue.length ?? 0) + 1) / (mine?.weight ?? this.#weight(tenant))
     let hog: Tenant | undefined
     let most = 0
     for (const t of this.#ready.values()) {
-      const load = t.held + t.queue.length
+      const load = (t.held + t.queue.length) / t.weight
       if (load > most) { most = load; hog = t }
     }
-    if (!hog || hog === mine || most - 1 < arriving) return false
+    if (!hog || hog === mine || most - 1 / hog.weight < arriving) return false
     this.displaced++
-    this.#dropWaiter(hog.queue.at(-1)!, 'queue_full')
+    this.#dropWaiter(hog.queue.at(-1)!, 'queue_full', tenant)
     return true
   }
 
   #tenant (name: string): Tenant {
     let t = this.#tenants.get(name)
-    if (!t) { t = { name, held: 0, queue: [] }; this.#tenants.set(name, t) }
+    if (!t) {
+      t = { name, weight: this.#weight(name), held: 0, queue: [] }
+      this.#tenants.set(name, t)
+      this.#weights += t.weight
+    }
     return t
   }
 
   /** Forget a tenant with nothing in flight. */
   #tidy (t: Tenant): void {
     if (t.queue.length === 0) this.#ready.delete(t.name)
-    if (t.held === 0 && t.queue.length === 0) this.#tenants.delete(t.name)
+    if (t.held === 0 && t.queue.length === 0 && this.#tenants.delete(t.name)) this.#weights -= t.weight
   }
 
-  #dropWaiter (w: Waiter, reason: RejectReason): void {
+  /** `displacedFor`: the tenant of the arrival it gives its place to. */
+  #dropWaiter (w: Waiter, reason: RejectReason, displacedFor?: string): void {
     if (w.done) return
     const q = w.tenant.queue
     const i = q.indexOf(w)
+    // Its standing is taken with its own place still counted.
+    const refusal = displacedFor !== undefined ? this.#refusal(reason, w.tenant.name, displacedFor) : new BulkheadRejected(reason)
     if (i >= 0) { q.splice(i, 1); this.#queued-- }
     this.#tidy(w.tenant)
     this.#settle(w)
-    w.reject(new BulkheadRejected(reason))
+    w.reject(refusal)
     this.#changed()
   }
 
@@ -187,12 +271,13 @@ export class Bulkhead {
   }
 
   // A released permit goes straight to a waiter, so no arrival can overtake
-  // one: the oldest waiter of the waiting tenant that holds the fewest permits,
-  // the earliest in turn among equals; a tenant served goes to the back of the
-  // turn if it has more waiting. (The turn has at most one tenant per place.)
+  // one: the oldest waiter of the waiting tenant that holds the fewest permits
+  // per unit of weight, the earliest in turn among equals; a tenant served goes
+  // to the back of the turn if it has more waiting. (The turn has at most one
+  // tenant per place.)
   #handOver (): void {
     let t: Tenant | undefined
-    for (const x of this.#ready.values()) if (!t || x.held < t.held) t = x
+    for (const x of this.#ready.values()) if (!t || x.held / x.weight < t.held / t.weight) t = x
     if (t) {
       const next = t.queue.shift()!
       this.#queued--

@@ -29,29 +29,38 @@ export interface LaneDefaults {
   readonly saturated: SaturationCode
   /** The group-commit writer's delay under load (shared/db/group-commit.ts `delayMs`). */
   readonly commitDelayMs: number
+  /** Whose fair share the bulkhead keeps when contended (shared/bulkhead.ts). */
+  readonly fairBy: FairBy
+  /** With no queue: free permits kept from a tenant at its share while another is in flight. */
+  readonly fairReserve: number
 }
+
+/** A lane's tenants: the request's `merchantId` (the client's id when it has none), the API client, or none (plain FIFO). */
+export type FairBy = 'merchant' | 'client' | 'off'
 
 export type SaturationCode = 'ERR_CARD_AUTH_SATURATED' | 'ERR_FRAUD_SATURATED' | 'ERR_TAX_BULKHEAD_SATURATED'
 
 export const LANE_DEFAULTS: Readonly<Record<LaneName, LaneDefaults>> = Object.freeze({
   // 50 ms of queue wait keeps a queued card authorization inside the 120 ms p99 SLA.
-  'card-auth': { priority: 'P0', permits: 75, queue: 10, queueWaitMs: 50, poolMax: 40, role: 'card_auth_ds', schema: 'card_auth', port: 8101, saturated: 'ERR_CARD_AUTH_SATURATED', commitDelayMs: 10 },
+  'card-auth': { priority: 'P0', permits: 75, queue: 10, queueWaitMs: 50, poolMax: 40, role: 'card_auth_ds', schema: 'card_auth', port: 8101, saturated: 'ERR_CARD_AUTH_SATURATED', commitDelayMs: 10, fairBy: 'merchant', fairReserve: 0 },
   // Fraud's own overflow is a 202 (queued screening); this is its answer when it cannot queue either.
-  fraud: { priority: 'P1', permits: 30, queue: 5, queueWaitMs: 100, poolMax: 15, role: 'fraud_ds', schema: 'fraud', port: 8102, saturated: 'ERR_FRAUD_SATURATED', commitDelayMs: 0 },
+  fraud: { priority: 'P1', permits: 30, queue: 5, queueWaitMs: 100, poolMax: 15, role: 'fraud_ds', schema: 'fraud', port: 8102, saturated: 'ERR_FRAUD_SATURATED', commitDelayMs: 0, fairBy: 'merchant', fairReserve: 0 },
   // INV-BH-02: the tax lane never queues. Its overflow is a compensated quote, else this.
-  tax: { priority: 'P2', permits: 15, queue: 0, queueWaitMs: 0, poolMax: 5, role: 'tax_ds', schema: 'tax', port: 8103, saturated: 'ERR_TAX_BULKHEAD_SATURATED', commitDelayMs: 0 },
+  // With no queue to reorder, its fairness between API clients is the reserve.
+  tax: { priority: 'P2', permits: 15, queue: 0, queueWaitMs: 0, poolMax: 5, role: 'tax_ds', schema: 'tax', port: 8103, saturated: 'ERR_TAX_BULKHEAD_SATURATED', commitDelayMs: 0, fairBy: 'client', fairReserve: 2 },
 })
 
 /**
  * A lane's saturation answer (DESIGN §2-3): its code from the lane table, the
  * registry's status and Retry-After, and the RateLimit fields naming the
- * capacity that was full (`quota` of it per `windowSeconds`). The gateway
+ * capacity that was full (`quota` of it per `windowSeconds`), and any
+ * `extensions` (a fair-share refusal's figures). The gateway
  * answers with it when its in-flight cap for a lane that is up is full.
  */
-export function saturationError (lane: LaneName, detail: string, policy: { name: string, quota: number, windowSeconds?: number }): AppError {
+export function saturationError (lane: LaneName, detail: string, policy: { name: string, quota: number, windowSeconds?: number }, extensions: Record<string, unknown> = {}): AppError {
   const code = LANE_DEFAULTS[lane].saturated
   const fields = rateLimitFields({ name: policy.name, quota: policy.quota, windowSeconds: policy.windowSeconds ?? 1, resetSeconds: ERRORS[code].retryAfter })
-  return new AppError(code, { detail, headers: fields.headers, extensions: fields.extensions })
+  return new AppError(code, { detail, headers: fields.headers, extensions: { ...fields.extensions, ...extensions } })
 }
 
 /** Connections of each lane replica's share kept out of its pool for a pool reset (shared/db/pool.ts). */
@@ -95,6 +104,20 @@ export function envPrefix (lane: string): string {
   return lane.toUpperCase().replaceAll('-', '_') + '_'
 }
 
+/** One tenant's weight in `<LANE>_FAIR_WEIGHTS`: a tenant id, `=`, a positive decimal number. */
+const WEIGHT = /^[A-Za-z0-9_.:-]{1,64}=(?:\d{1,6}(?:\.\d{1,3})?)$/
+
+/** `<LANE>_FAIR_WEIGHTS` read: tenant to weight; a weight of 0 is refused (a tenant must be able to run). */
+function fairWeights (prefix: string, written: string): ReadonlyMap<string, number> {
+  const m = new Map<string, number>()
+  for (const pair of written.split(',').filter(Boolean)) {
+    const [tenant, w] = pair.split('=') as [string, string]
+    if (!(Number(w) > 0)) throw new AppError('ERR_CONFIG_INVALID', { detail: `${prefix}FAIR_WEIGHTS gives ${tenant} a weight of ${w}: a weight must be above 0` })
+    m.set(tenant, Number(w))
+  }
+  return m
+}
+
 export function laneSchema (d: LaneDefaults, workerPool: number) {
   const int = (def: number, min = 0, max = 100_000) => Type.Integer({ default: def, minimum: min, maximum: max })
   const num = (def: number, min: number, max: number) => Type.Number({ default: def, minimum: min, maximum: max })
@@ -117,6 +140,11 @@ export function laneSchema (d: LaneDefaults, workerPool: number) {
     // DEC-BH-01: a connection checked out longer than this is reported as a leak (0 = off).
     LEAK_DETECTION_MS: int(LEAK_DETECTION_DEFAULT_MS, 0, 600_000),
     COMMIT_DELAY_MS: int(d.commitDelayMs, 0, 1_000),
+    // Fair admission between tenants (shared/bulkhead.ts): who they are, their
+    // weights ("m_gold=4,m_silver=2"; others 1), and a no-queue lane's reserve.
+    FAIR_BY: Type.Union([Type.Literal('merchant'), Type.Literal('client'), Type.Literal('off')], { default: d.fairBy }),
+    FAIR_WEIGHTS: Type.String({ default: '', pattern: `^(${WEIGHT.source.slice(1, -1)}(,${WEIGHT.source.slice(1, -1)})*)?$`, maxLength: 100_000 }),
+    FAIR_RESERVE: int(d.fairReserve, 0, 10_000),
     // MC-RT-01: once the lane's dependency is back, active permits must drop below
     // RECOVERY_BASELINE_ACTIVE within this long, else the pool is reset and
     // ALERT_BULKHEAD_RECOVERY_LAG raised (lane-kit/recovery.ts).
@@ -165,6 +193,8 @@ export interface LaneLimits {
   readonly state: { readonly saturatedExitBelow: number, readonly recoverBelow: number, readonly recoverWindowMs: number }
   readonly pressure: PressureLimits
   readonly gateway: { readonly inflightCap: number }
+  /** Fair admission between tenants: who they are, their weights (default 1), a no-queue lane's reserve. */
+  readonly fair: { readonly by: FairBy, readonly weights: ReadonlyMap<string, number>, readonly reserve: number }
   readonly port: number
   readonly host: string
 }
@@ -192,6 +222,11 @@ export function laneLimits (lane: LaneName, env: Record<string, string | undefin
   for (const [k, v] of Object.entries(env)) if (k.startsWith(prefix)) scoped[k.slice(prefix.length)] = v
   if (env.ROLE_PREFIX !== undefined && scoped.ROLE_PREFIX === undefined) scoped.ROLE_PREFIX = env.ROLE_PREFIX
   const c: Static<ReturnType<typeof laneSchema>> = loadConfig(laneSchema(d, LANE_QUEUES[lane].length > 0 ? 1 : 0), scoped)
+  // The default reserve is for the lane's default shape: none once it has a queue, never all its permits.
+  const reserveSet = scoped.FAIR_RESERVE !== undefined && scoped.FAIR_RESERVE !== ''
+  const reserve = reserveSet ? c.FAIR_RESERVE : c.QUEUE > 0 ? 0 : Math.min(c.FAIR_RESERVE, c.PERMITS - 1)
+  if (reserve > 0 && c.QUEUE > 0) throw new AppError('ERR_CONFIG_INVALID', { detail: `${prefix}FAIR_RESERVE (${c.FAIR_RESERVE}) is for a lane without a queue; set it to 0, or ${prefix}QUEUE to 0` })
+  if (reserve >= c.PERMITS) throw new AppError('ERR_CONFIG_INVALID', { detail: `${prefix}FAIR_RESERVE (${c.FAIR_RESERVE}) must be below ${prefix}PERMITS (${c.PERMITS})` })
   if (c.WORKER_POOL_MAX >= c.POOL_MAX) throw new AppError('ERR_CONFIG_INVALID', { detail: `${prefix}WORKER_POOL_MAX (${c.WORKER_POOL_MAX}) must be below ${prefix}POOL_MAX (${c.POOL_MAX})` })
   return Object.freeze({
     lane,
@@ -225,6 +260,7 @@ export function laneLimits (lane: LaneName, env: Record<string, string | undefin
     state: Object.freeze({ saturatedExitBelow: c.STATE_SATURATED_EXIT_BELOW, recoverBelow: c.STATE_RECOVER_BELOW, recoverWindowMs: c.STATE_RECOVER_WINDOW_MS }),
     pressure: toPressureLimits(c),
     gateway: Object.freeze({ inflightCap: gatewayCap(c.PERMITS, c.QUEUE) }),
+    fair: Object.freeze({ by: c.FAIR_BY, weights: fairWeights(prefix, c.FAIR_WEIGHTS), reserve }),
     port: c.PORT,
     host: c.HOST,
   })

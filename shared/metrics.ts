@@ -18,21 +18,25 @@ export function createRegistry (processName: string): client.Registry {
   return registry
 }
 
+/** A counter read at scrape time from a running count kept elsewhere (which only grows). */
+function countOf (registry: client.Registry, name: string, help: string, labels: Record<string, string>, read: () => number): void {
+  let reported = 0
+  new client.Counter({
+    name,
+    help,
+    labelNames: Object.keys(labels),
+    registers: [registry],
+    collect () {
+      const now = read()
+      this.inc(labels, Math.max(0, now - reported))
+      reported = Math.max(reported, now)
+    },
+  })
+}
+
 /** What shared/idle-trim.ts did in this process: its collections, their pauses, and the heap they freed. */
 function idleTrimMetrics (registry: client.Registry): void {
-  const counter = (name: string, help: string, read: () => number): void => {
-    let reported = 0
-    new client.Counter({
-      name,
-      help,
-      registers: [registry],
-      collect () {
-        const now = read()
-        if (now > reported) this.inc(now - reported)
-        reported = now
-      },
-    })
-  }
+  const counter = (name: string, help: string, read: () => number): void => countOf(registry, name, help, {}, read)
   counter('idle_trim_collections_total', 'Full collections run by the idle check (IDLE_TRIM_SECONDS)', () => idleTrimStats.collections)
   counter('idle_trim_pause_seconds_total', 'Time those collections paused the event loop', () => idleTrimStats.pauseSeconds)
   counter('idle_trim_freed_bytes_total', 'Heap those collections freed', () => idleTrimStats.freedBytes)
@@ -52,6 +56,10 @@ export interface LaneMetricSources {
   pool: () => pg.Pool
   /** How long the lane has lagged behind its recovered dependency (ms; 0 when it has not). */
   recoveryLagMs: () => number
+  /** Fair admission (shared/bulkhead.ts): tenants in flight, refusals of a tenant at or over its share, waiters displaced. */
+  tenants: () => number
+  fairShed: () => number
+  displaced: () => number
 }
 
 export interface LaneMetrics {
@@ -99,6 +107,11 @@ export function laneMetrics (registry: client.Registry, s: LaneMetricSources): L
     registers: [registry],
     collect () { this.set({ lane }, s.recoveryLagMs() / 1000) },
   })
+  // Counts, not a label per merchant: the set of tenants is unbounded. The deck
+  // and /status name the top ones.
+  new client.Gauge({ name: 'bulkhead_tenants_in_flight', help: 'Tenants (merchants or API clients) holding a permit or waiting for one', labelNames: ['lane'], registers: [registry], collect () { this.set({ lane }, s.tenants()) } })
+  countOf(registry, 'bulkhead_fair_shed_total', 'Requests refused while their tenant held at least its fair share and another tenant was in flight (displaced waiters included)', { lane }, s.fairShed)
+  countOf(registry, 'bulkhead_fair_displaced_total', 'Queued requests that gave their place to an arrival of a tenant holding less', { lane }, s.displaced)
   const resets = new client.Counter({ name: 'bulkhead_pool_resets_total', help: 'Connection pool resets after a recovery lag (MC-RT-01, ALERT_BULKHEAD_RECOVERY_LAG)', labelNames: ['lane'], registers: [registry] })
   resets.inc({ lane }, 0)
   const rejection = new client.Counter({ name: 'bulkhead_rejection_total', help: 'Requests rejected by the lane, by reason', labelNames: ['lane', 'reason'], registers: [registry] })

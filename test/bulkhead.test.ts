@@ -97,6 +97,11 @@ t.test('never exceeds its permits under a random storm', async t => {
 // Fairness between tenants (merchants): a released permit goes to the waiting
 // tenant holding the fewest, round-robin among equals, FIFO within one; a full
 // queue sheds the tenant with the most.
+/** The rejection a refused acquire() ends with (a permit would fail the test). */
+const refusal = async (p: Promise<Permit>): Promise<BulkheadRejected> => {
+  try { await p } catch (e) { if (e instanceof BulkheadRejected) return e; throw e }
+  throw new Error('admitted, expected a refusal')
+}
 const settle = async (): Promise<void> => { for (let i = 0; i < 4; i++) await Promise.resolve() }
 
 t.test('waiters are served round-robin across tenants, FIFO within one', async t => {
@@ -186,4 +191,85 @@ t.test('random arrivals and releases: limits hold, and a waiting tenant is passe
     t.equal(b.tenantsInFlight, 0, `round ${round}: no tenant state left`)
   }
   t.ok(checked > 100, `${checked} handovers checked`)
+})
+
+t.test('a refusal says where its tenant stood when others were in flight', async t => {
+  const b = new Bulkhead({ permits: 4, queue: 1, queueWaitMs: 10_000 })
+  const held = [await b.acquire(undefined, 'hot'), await b.acquire(undefined, 'hot'), await b.acquire(undefined, 'hot'), await b.acquire(undefined, 'quiet')]
+  const waiting = refusal(b.acquire(undefined, 'hot'))
+  const refused = await refusal(b.acquire(undefined, 'hot'))
+  t.equal(refused.reason, 'queue_full')
+  t.same(refused.fair, { tenant: 'hot', held: 3, queued: 1, share: 2, tenants: 2, displaced: false }, 'its load and its share of 4 permits between 2 tenants')
+  const quiet2 = b.acquire(undefined, 'quiet2')
+  const displaced = await waiting
+  t.same(displaced.fair, { tenant: 'hot', held: 3, queued: 1, share: 4 / 3, tenants: 3, displaced: true }, 'the waiter that gave its place up is told so')
+  t.equal(b.fairShed, 2, 'both counted as shed by fairness')
+  t.same(b.top(2).map(x => [x.tenant, x.held, x.queued]), [['hot', 3, 0], ['quiet', 1, 0]], 'top tenants by permits held')
+  held.pop()!.release()
+  ;(await quiet2).release()
+  for (const p of held) p.release()
+  t.equal(b.tenantsInFlight, 0)
+
+  const alone = new Bulkhead({ permits: 1, queue: 1, queueWaitMs: 10_000 })
+  const p = await alone.acquire(undefined, 'only')
+  void alone.acquire(undefined, 'only').then(q => q.release())
+  t.equal((await refusal(alone.acquire(undefined, 'only'))).fair, undefined, 'alone, a refusal is the plain bulkhead\'s')
+  t.equal(alone.fairShed, 0)
+  p.release()
+})
+
+t.test('weights scale a tenant\'s share: who is served, who is displaced', async t => {
+  const b = new Bulkhead({ permits: 4, queue: 2, queueWaitMs: 10_000, weight: m => m === 'gold' ? 2 : 1 })
+  const held = [await b.acquire(undefined, 'gold'), await b.acquire(undefined, 'gold'), await b.acquire(undefined, 'plain')]
+  const x = await b.acquire(undefined, 'x')
+  const order: string[] = []
+  const gold = b.acquire(undefined, 'gold').then(p => { order.push('gold'); return p })
+  const plain = b.acquire(undefined, 'plain').then(p => { order.push('plain'); return p })
+  x.release()
+  await settle()
+  t.same(order, ['gold'], 'gold\'s 2 permits at weight 2 count as plain\'s 1: equal, and gold came first in turn')
+  for (const p of held) p.release()
+  await settle()
+  ;(await plain).release(); (await gold).release()
+  t.equal(b.tenantsInFlight, 0)
+
+  const d = new Bulkhead({ permits: 2, queue: 2, queueWaitMs: 10_000, weight: m => m === 'gold' ? 2 : 1 })
+  const hs = [await d.acquire(undefined, 'gold'), await d.acquire(undefined, 'plain')]
+  const golds = [d.acquire(undefined, 'gold'), d.acquire(undefined, 'gold')]
+  t.equal(await reason(d.acquire(undefined, 'plain')), 'queue_full', 'gold\'s 3 at weight 2 are fewer per weight than plain\'s 2 would be: plain displaces nothing')
+  t.equal(d.displaced, 0)
+  for (const p of hs) p.release()
+  for (const g of golds) (await g).release()
+})
+
+t.test('with no queue, the reserve keeps the last permits from a tenant at its share', async t => {
+  const b = new Bulkhead({ permits: 6, queue: 0, queueWaitMs: 0, reserve: 2 })
+  const hog: Permit[] = []
+  for (let i = 0; i < 6; i++) hog.push(await b.acquire(undefined, 'hog'))
+  t.equal(b.active, 6, 'alone, the hog may take every permit')
+  for (const p of hog.splice(2)) p.release()
+  const quiet = await b.acquire(undefined, 'quiet')
+  hog.push(await b.acquire(undefined, 'hog'))
+  t.equal(b.active, 4, 'above the reserve, the hog still takes free permits')
+  const refused = await refusal(b.acquire(undefined, 'hog'))
+  t.equal(refused.reason, 'fail_fast', 'the last 2 are kept from the hog: it holds 3, its share of 6 between 2 is 3')
+  t.same(refused.fair, { tenant: 'hog', held: 3, queued: 0, share: 3, tenants: 2, displaced: false })
+  const quiet2 = await b.acquire(undefined, 'quiet')
+  const late = await b.acquire(undefined, 'late')
+  t.equal(b.active, 6, 'the reserve went to tenants under their share')
+  t.equal(await reason(b.acquire(undefined, 'late2')), 'fail_fast', 'a full lane still fails fast')
+  for (const p of [quiet, quiet2, late, ...hog]) p.release()
+  t.equal(b.tenantsInFlight, 0)
+})
+
+t.test('top tenants and the count in flight stay bounded by what is in flight', async t => {
+  const b = new Bulkhead({ permits: 10_000, queue: 10, queueWaitMs: 10_000 })
+  const held: Permit[] = []
+  for (let i = 0; i < 10_000; i++) held.push(await b.acquire(undefined, `m${i % 5_000}`))
+  t.equal(b.tenantsInFlight, 5_000)
+  t.equal(b.top(5).length, 5)
+  t.same(b.top(1)[0]!.held, 2)
+  for (const p of held) p.release()
+  t.equal(b.tenantsInFlight, 0)
+  t.same(b.top(5), [])
 })

@@ -3,7 +3,7 @@
 // exactly once, whatever ends the work.
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type pg from 'pg'
-import { BulkheadRejected, type Bulkhead, type Permit } from '../bulkhead.ts'
+import { BulkheadRejected, type Bulkhead, type FairShare, type Permit } from '../bulkhead.ts'
 import { AppError, isAppError } from '../errors.ts'
 import type { LaneMetrics, LaneRejectReason } from '../metrics.ts'
 import { executionDb, type Execution } from './execution.ts'
@@ -17,8 +17,11 @@ export interface LaneResult {
 }
 
 export type LaneHandler = (req: FastifyRequest, exec: Execution) => Promise<LaneResult>
-/** Decides what a rejected arrival gets: 429, a compensated answer, a 202, ... */
-export type RejectHandler = (reason: LaneRejectReason, req: FastifyRequest) => Promise<LaneResult> | LaneResult
+/**
+ * Decides what a rejected arrival gets: 429, a compensated answer, a 202, ...
+ * `fair`: where its tenant stood, when other tenants were in flight.
+ */
+export type RejectHandler = (reason: LaneRejectReason, req: FastifyRequest, fair?: FairShare) => Promise<LaneResult> | LaneResult
 
 export interface AdmissionDeps {
   bulkhead: Bulkhead
@@ -27,6 +30,8 @@ export interface AdmissionDeps {
   pool: () => pg.Pool
   recovery: RecoveryWatch
   deadlineMs: number
+  /** The request's tenant for fair admission ('' for none). */
+  tenant: (req: FastifyRequest) => string
 }
 
 const FINISHED = new Error('execution finished')
@@ -34,10 +39,10 @@ const DISCONNECTED = new Error('client disconnected')
 
 /**
  * A lane route under the bulkhead: permit (or an answer for the rejected
- * arrival), execution under the deadline, permit back. One AbortController per
+ * arrival), execution under the deadline, permit back. One Canceller per
  * request carries every reason the work must stop: the client gone, the
- * deadline, the end of the execution (a Canceller: an AbortSignal only if the
- * handler asks for one).
+ * deadline, the end of the execution (an AbortSignal only if the handler asks
+ * for one).
  */
 export function admitted (deps: AdmissionDeps, handler: LaneHandler, onReject: RejectHandler) {
   return async function admittedHandler (req: FastifyRequest, reply: FastifyReply): Promise<unknown> {
@@ -49,7 +54,7 @@ export function admitted (deps: AdmissionDeps, handler: LaneHandler, onReject: R
     let permit: Permit
     try {
       // acquire() decides at once when the queue has no room (a rejected promise).
-      const pending = deps.bulkhead.acquire(ac)
+      const pending = deps.bulkhead.acquire(ac, deps.tenant(req))
       const decidedAt = performance.now()
       permit = await pending.catch(err => { throw Object.assign(err as Error, { decidedAt }) })
     } catch (err) {
@@ -82,7 +87,7 @@ async function rejected (deps: AdmissionDeps, req: FastifyRequest, reply: Fastif
   // screening is committed first), how long the whole request took in the lane.
   const decided = err.reason === 'queue_timeout' ? performance.now() : err.decidedAt
   const timing = `admit;desc="${err.reason}";dur=${(decided - entered).toFixed(3)}, inproc;dur=${reply.elapsedTime.toFixed(3)}`
-  const answer = await onReject(err.reason, req)
+  const answer = await onReject(err.reason, req, err.fair)
   reply.header('server-timing', `${timing}, answer;dur=${reply.elapsedTime.toFixed(3)}`)
   return send(reply, answer)
 }

@@ -13,6 +13,7 @@ import { createLanePool, ReplaceablePool } from '../db/pool.ts'
 import { countPoolLeaks, createRegistry, laneMetrics, type LaneMetrics } from '../metrics.ts'
 import { createHttpApp } from '../http-app.ts'
 import { admitted, type LaneHandler, type RejectHandler } from './admission.ts'
+import { tenantOf } from './fair.ts'
 import { registerPressure } from './pressure.ts'
 import { registerOpsRoutes } from './ops-routes.ts'
 import { RecoveryWatch } from './recovery.ts'
@@ -73,7 +74,11 @@ const laneKitPlugin: FastifyPluginAsync<LaneKitOptions> = async (app, opts) => {
     ...limits.state,
     onTransition: (from: LaneStateName, to: LaneStateName) => app.log.warn({ lane: limits.lane, from, to }, 'lane state changed'),
   })
-  const bulkhead = new Bulkhead({ permits: limits.permits, queue: limits.queue, queueWaitMs: limits.queueWaitMs, onChange: (a, q) => state.observe(a, q) })
+  const { weights } = limits.fair
+  const bulkhead = new Bulkhead({
+    permits: limits.permits, queue: limits.queue, queueWaitMs: limits.queueWaitMs, onChange: (a, q) => state.observe(a, q),
+    reserve: limits.fair.reserve, weight: weights.size === 0 ? undefined : m => weights.get(m) ?? 1,
+  })
   const recovery = new RecoveryWatch({
     ...limits.recovery,
     active: () => bulkhead.active,
@@ -89,12 +94,13 @@ const laneKitPlugin: FastifyPluginAsync<LaneKitOptions> = async (app, opts) => {
   const metrics = laneMetrics(registry, {
     lane: limits.lane, permits: limits.permits, queueCapacity: limits.queue,
     active: () => bulkhead.active, queued: () => bulkhead.queued, state: () => state.state, pool,
+    tenants: () => bulkhead.tenantsInFlight, fairShed: () => bulkhead.fairShed, displaced: () => bulkhead.displaced,
     recoveryLagMs: () => recovery.lagMs(),
   })
   const kit: LaneKit = {
     limits, bulkhead, state, metrics, registry, recovery, share, warmUp: new WarmUp(), breakers: [],
     get pool () { return pool() },
-    admitted: (handler, onReject) => admitted({ bulkhead, metrics, pool, recovery, deadlineMs: limits.deadlineMs }, handler, onReject),
+    admitted: (handler, onReject) => admitted({ bulkhead, metrics, pool, recovery, deadlineMs: limits.deadlineMs, tenant: req => tenantOf(limits.fair.by, req) }, handler, onReject),
   }
 
   breakerMetrics(registry, () => kit.breakers)

@@ -15,6 +15,11 @@ export async function laneStatus (kit: LaneKit) {
     permits: kit.limits.permits,
     active: kit.bulkhead.active,
     queue: { depth: kit.bulkhead.queued, capacity: kit.limits.queue, waitBudgetMs: kit.limits.queueWaitMs },
+    // Fair admission: the tenants in flight, and the 5 holding the most (with their share) for the deck.
+    fair: {
+      by: kit.limits.fair.by, reserve: kit.bulkhead.reserve, tenants: kit.bulkhead.tenantsInFlight, shed: kit.bulkhead.fairShed, displaced: kit.bulkhead.displaced,
+      top: kit.bulkhead.top(5).map(x => ({ ...x, share: Math.round(x.share * 10) / 10 })),
+    },
     deadlineMs: kit.limits.deadlineMs,
     pool: poolCounts(kit.pool),
     recovery: { lagMs: Math.round(kit.recovery.lagMs()), lags: kit.recovery.lags, baselineActive: kit.limits.recovery.baselineActive, lagLimitMs: kit.limits.recovery.lagMs },

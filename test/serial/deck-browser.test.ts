@@ -143,6 +143,24 @@ t.test('the tax tile shows the provider breaker\'s state as it changes', async t
   t.pass('closed again on the page once a probe answered')
 })
 
+t.test('the card-auth tile lists the merchants holding the most permits, with their share', async t => {
+  // m_deck_hot's card account is held, so its authorizations keep their permits
+  // while the page is read (well inside the 5 s statement timeout).
+  const holder = await db.pool.connect()
+  t.teardown(async () => { await holder.query('rollback').catch(() => {}); holder.release() })
+  await holder.query('begin')
+  await holder.query("select 1 from card_auth.card_accounts where token = 'tok_deck_1' for update")
+  const auths = Array.from({ length: 4 }, () => fleet.post('/v1/authorizations', { merchantId: 'm_deck_hot', cardToken: 'tok_deck_1', amount: { value: 1, currency: 'EUR' } }))
+  const item = '[data-lane="card-auth"] [data-role="tenants"] [data-tenant="m_deck_hot"]'
+  await page.waitForSelector(item, { timeout: 4_000 })
+  t.match(await page.innerText('[data-lane="card-auth"] [data-role="tenants"]'), /^merchants in flight: 1 · shed over their share: \d+/, 'merchants in flight and those shed for their share')
+  t.match(await page.innerText(item), /^m_deck_hot · 4 held · share 75$/, 'the merchant, its permits and its share')
+  await holder.query('commit')
+  t.ok((await Promise.all(auths)).every(r => r.status === 201), 'its authorizations complete once the row is free')
+  await page.waitForSelector(item, { state: 'detached', timeout: 10_000 })
+  t.pass('gone from the list once it holds nothing')
+})
+
 t.test('a lane that stops answering is UNRESPONSIVE with its last state, not DOWN; then NORMAL again', async t => {
   // SIGSTOP: the process is alive and holds its sockets, but answers nothing (as a lane
   // starved of CPU misses the deck's deadline). The stop is undone on the failure path too.

@@ -162,6 +162,18 @@
     ...bs.map(b => el('span', { class: `breaker ${b.state}`, 'data-dependency': b.dependency, 'data-state': b.state },
       `${b.dependency} breaker ${b.state.replace('_', '-')} for ${Math.max(0, Math.round((Date.parse(at) - Date.parse(b.since)) / 1000))} s (since ${new Date(b.since).toLocaleTimeString()}) `)))
 
+  /**
+   * Fair admission: tenants in flight, how many requests fairness shed, and the
+   * 5 holding the most permits with their fair share. @param {any} f
+   */
+  const tenantLine = f => {
+    const who = f.by === 'client' ? 'API clients' : 'merchants'
+    return el('div', { class: 'foot', 'data-role': 'tenants' },
+      `${who} in flight: ${f.tenants} · shed over their share: ${f.shed}`,
+      ...(f.top.length ? [el('ol', { class: 'top-tenants' }, ...f.top.map((/** @type {any} */ x) =>
+        el('li', { 'data-tenant': x.tenant, class: x.held > x.share ? 'over' : '' }, `${x.tenant} · ${x.held} held${x.queued ? `, ${x.queued} queued` : ''} · share ${x.share}`)))] : []))
+  }
+
   /** @param {any} data */
   function renderLanes (data) {
     const tiles = data.lanes.map((/** @type {any} */ l) => {
@@ -194,6 +206,7 @@
           stat('pool total / idle / waiting', `${s.pool.total} / ${s.pool.idle} / ${s.pool.waiting}`, 'pool')),
         el('div', { class: 'foot' }, `pid ${s.pid} · rejected so far: ${reasons || 'none'}`),
         ...(s.breakers?.length ? [breakerLine(s.breakers, l.checkedAt)] : []),
+        ...(s.fair && s.fair.by !== 'off' ? [tenantLine(s.fair)] : []),
         replicaLine(l.replicas ?? []))
       return tile
     })
