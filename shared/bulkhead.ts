@@ -10,9 +10,9 @@
 // one tenant; and an arrival that finds the queue full
 // displaces the newest waiter of the tenant with the most permits and places,
 // if that tenant would still have more than the arrival's, else it is refused.
-// One tenant alone gets exactly the plain FIFO bulkhead. State is kept only for
-// tenants with something in flight; a decision looks at no more tenants than
-// the queue has places. A tenant's weight (default 1) scales its share: "holds
+// One tenant alone gets exactly the plain FIFO bulkhead. State is kept for the
+// tenants with something in flight (and, until a sweep, as many idle ones); a
+// decision looks at no more tenants than the queue has places. A tenant's weight (default 1) scales its share: "holds
 // the fewest" and "has the most" compare permits per unit of weight.
 // A lane with no queue has nothing to reorder or displace: there, `reserve`
 // keeps the last few free permits, while another tenant is in flight, from a
@@ -67,6 +67,8 @@ export interface Permit {
 interface Tenant {
   readonly name: string
   readonly weight: number
+  /** Something in flight; an idle tenant stays in the map until the next sweep. */
+  live: boolean
   /** Permits it holds. */
   held: number
   /** Its waiters, oldest first. */
@@ -104,6 +106,8 @@ export class Bulkhead {
   #queued = 0
   /** Tenants holding a permit or waiting for one. */
   readonly #tenants = new Map<string, Tenant>()
+  /** Tenants in the map with nothing in flight, swept once they outnumber the live ones. */
+  #idle = 0
   /** Tenants with waiters, in the order they are served (round-robin). */
   readonly #ready = new Map<string, Tenant>()
   /** The weights of the tenants in flight, summed. */
@@ -128,7 +132,9 @@ export class Bulkhead {
   get active (): number { return this.#active }
   get queued (): number { return this.#queued }
   /** How many tenants hold a permit or wait for one. */
-  get tenantsInFlight (): number { return this.#tenants.size }
+  get tenantsInFlight (): number { return this.#tenants.size - this.#idle }
+  /** Tenants whose state is kept: those in flight and idle ones not swept yet (at most 64 or as many as in flight). */
+  get tenantsKept (): number { return this.#tenants.size }
 
   /** Take a permit without waiting, or null. */
   tryAcquire (tenant = ''): Permit | null {
@@ -144,8 +150,8 @@ export class Bulkhead {
 
   /** The free permits left are the reserve, another tenant is in flight, and this one already holds its share. */
   #reserved (tenant: string): boolean {
-    if (this.permits - this.#active > this.reserve || this.#tenants.size < 2) return false
-    const t = this.#tenants.get(tenant)
+    if (this.permits - this.#active > this.reserve || this.tenantsInFlight < 2) return false
+    const t = this.#live(tenant)
     return t !== undefined && t.held >= this.permits * t.weight / this.#weights
   }
 
@@ -155,13 +161,13 @@ export class Bulkhead {
    * arrival) are counted even when they have nothing in flight yet.
    */
   #refusal (reason: RejectReason, name: string, displacedFor?: string): BulkheadRejected {
-    let tenants = this.#tenants.size
+    let tenants = this.tenantsInFlight
     let weights = this.#weights
-    const w = (n: string): number => { if (this.#tenants.has(n)) return this.#tenants.get(n)!.weight; tenants++; const x = this.#weight(n); weights += x; return x }
+    const w = (n: string): number => { const t = this.#live(n); if (t) return t.weight; tenants++; const x = this.#weight(n); weights += x; return x }
     const mine = w(name)
     if (displacedFor !== undefined) w(displacedFor)
     if (tenants < 2) return new BulkheadRejected(reason)
-    const t = this.#tenants.get(name)
+    const t = this.#live(name)
     const displaced = displacedFor !== undefined
     const fair: FairShare = { tenant: name, held: t?.held ?? 0, queued: t?.queue.length ?? 0, share: this.permits * mine / weights, tenants, displaced }
     if (displaced || fair.held + fair.queued >= fair.share) this.fairShed++
@@ -171,7 +177,7 @@ export class Bulkhead {
   /** The `n` tenants holding the most permits (then places), heaviest first. */
   top (n: number): TenantLoad[] {
     const all: TenantLoad[] = []
-    for (const t of this.#tenants.values()) all.push({ tenant: t.name, held: t.held, queued: t.queue.length, share: this.permits * t.weight / this.#weights })
+    for (const t of this.#tenants.values()) if (t.live) all.push({ tenant: t.name, held: t.held, queued: t.queue.length, share: this.permits * t.weight / this.#weights })
     return all.sort((a, b) => (b.held - a.held) || (b.queued - a.queued)).slice(0, n)
   }
 
@@ -206,7 +212,7 @@ export class Bulkhead {
    * it. False: no room.
    */
   #displaceFor (tenant: string): boolean {
-    const mine = this.#tenants.get(tenant)
+    const mine = this.#live(tenant)
     const arriving = ((mine?.held ?? 0) + (mine?.queue.length ?? 0) + 1) / (mine?.weight ?? this.#weight(tenant))
     let hog: Tenant | undefined
     let most = 0
@@ -220,20 +226,43 @@ export class Bulkhead {
     return true
   }
 
+  /** The tenant of `name` if it has something in flight. */
+  #live (name: string): Tenant | undefined {
+    const t = this.#tenants.get(name)
+    return t?.live === true ? t : undefined
+  }
+
   #tenant (name: string): Tenant {
     let t = this.#tenants.get(name)
     if (!t) {
-      t = { name, weight: this.#weight(name), held: 0, queue: [] }
+      t = { name, weight: this.#weight(name), live: false, held: 0, queue: [] }
       this.#tenants.set(name, t)
+      this.#idle++
+    }
+    if (!t.live) {
+      t.live = true
+      this.#idle--
       this.#weights += t.weight
     }
     return t
   }
 
-  /** Forget a tenant with nothing in flight. */
+  // A tenant with nothing in flight is marked idle, not deleted: V8's Map keeps
+  // a deleted entry in its key's hash chain until the table is rebuilt, so one
+  // merchant entering and leaving a map of 10,000 made each lookup of it walk
+  // thousands of dead entries (tens of µs). Idle ones are swept together once
+  // they outnumber the live ones, so memory stays within twice what is in flight.
   #tidy (t: Tenant): void {
     if (t.queue.length === 0) this.#ready.delete(t.name)
-    if (t.held === 0 && t.queue.length === 0 && this.#tenants.delete(t.name)) this.#weights -= t.weight
+    if (t.held === 0 && t.queue.length === 0 && t.live) {
+      t.live = false
+      this.#idle++
+      this.#weights -= t.weight
+      if (this.#idle > 64 && this.#idle > this.#tenants.size - this.#idle) {
+        for (const [name, x] of this.#tenants) if (!x.live) this.#tenants.delete(name)
+        this.#idle = 0
+      }
+    }
   }
 
   /** `displacedFor`: the tenant of the arrival it gives its place to. */

@@ -1,0 +1,178 @@
+// `npm run bench:fairness`: does one merchant's flash sale cost anyone else
+// anything? Issue 44's scenario, FIFO and fair side by side in one run: a fleet
+// from `npm start` with CARD_AUTH_FAIR_BY=off, then one with the default
+// (merchant), each with 1,000 load cards. In each, 20 quiet merchants at
+// --quiet-rate authorizations/s each for --seconds alone, then the same beside one
+// merchant sending --hot-rate/s (new keys every time, so the retry guard does not
+// see it). Per class: share answered 201, p50/p99 from the scheduled send, the
+// answers; and the lane's authorizations/s. Open loop, through the gateway.
+//
+// First, the bulkhead alone: the cost of one decision with --tenants merchants
+// in flight, against the same decision with no tenant (the FIFO bulkhead).
+import os from 'node:os'
+import pg from 'pg'
+import { Pool } from 'undici'
+import { Bulkhead, type Permit } from '../../shared/bulkhead.ts'
+import { loadCardToken, seedLoadCards } from '../../services/card-auth/seed.ts'
+import { runOpenLoop, summary, type OpenLoopResult } from './open-loop.ts'
+import { pinSelf, startLocalFleet } from './local-fleet.ts'
+import { gatewayPost, gitCommit, machine, numberFlag, parseFlags, sleep } from './run-info.ts'
+
+const { values: a } = parseFlags({
+  options: {
+    seconds: { type: 'string', default: '20' },
+    'quiet-rate': { type: 'string', default: '10' },
+    'hot-rate': { type: 'string', default: '2400' },
+    tenants: { type: 'string', default: '10000' },
+    // The CPUs the fleet is pinned to (the generator takes the others); 'none': not pinned.
+    cpus: { type: 'string', default: '0' },
+    // FIFO and fair alternated this many times (a noisy machine: each round is a fresh fleet of each).
+    rounds: { type: 'string', default: '1' },
+    only: { type: 'string' },
+  },
+}, 'usage: npm run bench:fairness -- [--seconds 20] [--quiet-rate 10] [--hot-rate 2400] [--tenants 10000] [--only decisions|fleet]')
+const seconds = numberFlag(a, 'seconds', 1, 600)
+const quietRate = numberFlag(a, 'quiet-rate', 1, 1_000)
+const hotRate = numberFlag(a, 'hot-rate', 1, 20_000)
+const tenants = numberFlag(a, 'tenants', 1, 1_000_000)
+const rounds = numberFlag(a, 'rounds', 1, 10)
+const QUIET = 20
+const command = `npm run bench:fairness -- --seconds ${seconds} --quiet-rate ${quietRate} --hot-rate ${hotRate} --tenants ${tenants} --cpus ${a.cpus} --rounds ${rounds}${a.only ? ` --only ${a.only}` : ''}`
+
+// ---- the bulkhead alone ----------------------------------------------------
+
+/** ns per operation of `op`, run `n` times after a warm-up. */
+async function timeOp (n: number, op: () => Promise<void> | void): Promise<number> {
+  for (let i = 0; i < Math.min(n, 2_000); i++) await op()
+  const t0 = process.hrtime.bigint()
+  for (let i = 0; i < n; i++) await op()
+  return Number(process.hrtime.bigint() - t0) / n
+}
+
+/**
+ * Three decisions with `count` tenants in flight (each holding one permit; the
+ * lane's 10 queue places full of 10 others'), `fair` false: every request the
+ * one tenant '' (the FIFO bulkhead). A free permit taken and given back; a full
+ * queue's arrival (displacement or refusal); a released permit handed over.
+ */
+async function decisions (count: number, fair: boolean) {
+  const name = (i: number): string => fair ? `m${i}` : ''
+  const b = new Bulkhead({ permits: count + 1, queue: 10, queueWaitMs: 600_000 })
+  const held: Permit[] = []
+  for (let i = 0; i < count; i++) held.push(await b.acquire(undefined, name(i)))
+  const freeNs = await timeOp(100_000, () => { b.tryAcquire(name(count))!.release() })
+  // The last permit taken, then 10 waiters of 10 merchants: the queue is full.
+  held.push(await b.acquire(undefined, name(count)))
+  const wait = (who: string): void => { void b.acquire(undefined, who).then(p => { held.push(p) }, () => {}) }
+  for (let i = 0; i < 10; i++) wait(name(i))
+  // An arrival of a merchant holding one and waiting for one: refused (no one has more to give up), or queue_full for FIFO.
+  const fullNs = await timeOp(100_000, () => b.acquire(undefined, name(0)).then(() => {}, () => {}))
+  // A permit released goes to a waiter (whose permit joins the held ones), and a new waiter takes its place.
+  let i = 0
+  const handNs = await timeOp(20_000, async () => {
+    held.pop()!.release()
+    await Promise.resolve()
+    wait(name(i++ % count))
+  })
+  const heapMb = process.memoryUsage().heapUsed / 2 ** 20
+  while (held.length > 0) { held.pop()!.release(); await Promise.resolve() }
+  return { freeNs, fullNs, handNs, heapMb, tenants: b.tenantsInFlight }
+}
+
+async function decisionBench (): Promise<string[]> {
+  const rows: string[] = []
+  // Each twice, alternately, keeping the faster: the first run also pays the JIT's warm-up.
+  const best = { false: undefined as Awaited<ReturnType<typeof decisions>> | undefined, true: undefined as Awaited<ReturnType<typeof decisions>> | undefined }
+  for (const fair of [false, true, false, true]) {
+    const r = await decisions(tenants, fair)
+    const k = String(fair) as 'false' | 'true'
+    const b = best[k]
+    best[k] = b ? { ...b, freeNs: Math.min(b.freeNs, r.freeNs), fullNs: Math.min(b.fullNs, r.fullNs), handNs: Math.min(b.handNs, r.handNs) } : r
+  }
+  for (const fair of [false, true]) {
+    const r = best[String(fair) as 'false' | 'true']!
+    rows.push(`| ${fair ? `fair, ${tenants.toLocaleString('en')} merchants in flight` : 'FIFO (no tenant)'} | ${(r.freeNs / 1000).toFixed(2)} | ${(r.fullNs / 1000).toFixed(2)} | ${(r.handNs / 1000).toFixed(2)} |`)
+  }
+  return rows
+}
+
+// ---- the fleet ---------------------------------------------------------------
+
+interface Phase { quiet: OpenLoopResult, hot?: OpenLoopResult, quietCodes: Record<string, number>, hotCodes: Record<string, number> }
+
+async function fleetRun (fairBy: 'off' | 'merchant', round: number): Promise<{ alone: Phase, beside: Phase }> {
+  const fleet = await startLocalFleet({ dataDir: `.data/bench-fairness-${fairBy}`, basePort: fairBy === 'off' ? 18380 : 18400, cpus: a.cpus === 'none' ? undefined : a.cpus, env: { CARD_AUTH_FAIR_BY: fairBy } })
+  try {
+    const db = new pg.Client({ connectionString: fleet.databaseUrl })
+    await db.connect()
+    await seedLoadCards(db, 1_000)
+    await db.end()
+    const gw = new Pool(fleet.gatewayUrl, { connections: 1024 })
+    let n = 0
+    const sender = (merchant: (i: number) => string, codes: Record<string, number>) => async (i: number): Promise<number> => {
+      const k = ++n
+      const r = await gatewayPost(gw, fleet.apiKey, '/v1/authorizations', `fair-${fairBy}-${process.pid}-${round}-${k}`, { merchantId: merchant(i), cardToken: loadCardToken(k), amount: { value: 1, currency: 'EUR' } })
+      if (r.statusCode === 201) { await r.body.dump(); return 201 }
+      // Who refused, and whether for a fair share: the lane's own policy, or the gateway's cap.
+      const p = (await r.body.json().catch(() => ({}))) as { code?: string, 'violated-policies'?: string[], fairShare?: unknown }
+      const code = `${p.code ?? r.statusCode}${p['violated-policies'] ? ` (${p['violated-policies'].join(',')}${p.fairShare ? ', fair share' : ''})` : ''}`
+      codes[code] = (codes[code] ?? 0) + 1
+      return r.statusCode
+    }
+    const quietMerchant = (i: number): string => `m_quiet_${String(i % QUIET).padStart(2, '0')}`
+    await runOpenLoop({ rate: QUIET * quietRate, durationMs: 3_000, send: sender(quietMerchant, {}) }) // warm-up
+    const alone: Phase = { quiet: undefined!, quietCodes: {}, hotCodes: {} }
+    alone.quiet = await runOpenLoop({ rate: QUIET * quietRate, durationMs: seconds * 1000, send: sender(quietMerchant, alone.quietCodes) })
+    await sleep(2_000)
+    const beside: Phase = { quiet: undefined!, quietCodes: {}, hotCodes: {} }
+    const [q, h] = await Promise.all([
+      runOpenLoop({ rate: QUIET * quietRate, durationMs: seconds * 1000, send: sender(quietMerchant, beside.quietCodes) }),
+      runOpenLoop({ rate: hotRate, durationMs: seconds * 1000, send: sender(() => 'm_flash', beside.hotCodes) }),
+    ])
+    beside.quiet = q
+    beside.hot = h
+    await gw.close()
+    return { alone, beside }
+  } finally {
+    await fleet.stop()
+  }
+}
+
+const ok = (r: OpenLoopResult): number => (r.statuses['201'] ?? 0) / r.scheduled
+const pct = (x: number): string => `${(100 * x).toFixed(x >= 0.999 && x < 1 ? 2 : 1)}%`
+function row (label: string, r: OpenLoopResult, codes: Record<string, number>): string {
+  const s = summary(r.histogram)
+  return `| ${label} | ${r.scheduled} | ${pct(ok(r))} | ${s.p50Ms.toFixed(1)} | ${s.p99Ms.toFixed(1)} | ${JSON.stringify({ 201: r.statuses['201'] ?? 0, ...codes })} |`
+}
+
+const decisionRows = a.only === 'fleet' ? [] : await decisionBench()
+const fleetRows: string[] = []
+const throughput: Record<string, number[]> = { FIFO: [], fair: [] }
+if (a.only !== 'decisions') {
+  if (a.cpus === '0') pinSelf('1')
+  for (let round = 1; round <= rounds; round++) for (const fairBy of ['off', 'merchant'] as const) {
+    const { alone, beside } = await fleetRun(fairBy, round)
+    const mode = fairBy === 'off' ? 'FIFO' : 'fair'
+    const r = rounds > 1 ? ` (round ${round})` : ''
+    fleetRows.push(row(`${mode}${r}: quiet merchants alone`, alone.quiet, alone.quietCodes))
+    fleetRows.push(row(`${mode}${r}: quiet merchants beside the hot one`, beside.quiet, beside.quietCodes))
+    fleetRows.push(row(`${mode}${r}: the hot merchant`, beside.hot!, beside.hotCodes))
+    throughput[mode]!.push(((beside.quiet.statuses['201'] ?? 0) + (beside.hot!.statuses['201'] ?? 0)) / seconds)
+    console.log(fleetRows.slice(-3).join('\n'))
+  }
+}
+
+console.log(`\n${command}`)
+console.log(`${new Date().toISOString()}, commit ${gitCommit()}, ${machine()}; load ${os.loadavg()[0]!.toFixed(2)}`)
+if (decisionRows.length) {
+  console.log(`\nThe bulkhead alone (shared/bulkhead.ts), µs per decision, one process:\n`)
+  console.log('| bulkhead | a free permit taken and released | an arrival at a full queue | a released permit handed to a waiter |\n|---|---|---|---|')
+  for (const r of decisionRows) console.log(r)
+}
+if (fleetRows.length) {
+  console.log(`\nPOST /v1/authorizations through the gateway, open loop, ${QUIET} quiet merchants at ${quietRate}/s each, the hot one at ${hotRate}/s, ${seconds} s; ${a.cpus === '0' ? 'fleet pinned to cpu 0, generator to cpu 1' : a.cpus === 'none' ? 'nothing pinned' : `fleet pinned to cpus ${a.cpus}`}:\n`)
+  console.log('| run | sent | 201 | p50 ms | p99 ms | answers |\n|---|---|---|---|---|---|')
+  for (const r of fleetRows) console.log(r)
+  const mean = (xs: number[]): number => xs.reduce((x, y) => x + y, 0) / xs.length
+  console.log(`\nauthorizations/s beside the hot merchant (201s of both classes), by round: FIFO ${throughput.FIFO!.map(x => x.toFixed(0)).join(', ')}; fair ${throughput.fair!.map(x => x.toFixed(0)).join(', ')} (fair/FIFO, means: ${(mean(throughput.fair!) / mean(throughput.FIFO!)).toFixed(3)})`)
+}
