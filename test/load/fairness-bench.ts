@@ -24,6 +24,9 @@ const { values: a } = parseFlags({
     'quiet-rate': { type: 'string', default: '10' },
     'hot-rate': { type: 'string', default: '2400' },
     tenants: { type: 'string', default: '10000' },
+    // The hot merchant's cards: the 1,000 load cards (its sale costs CPU), or a few
+    // (its authorizations wait on each other's card rows: it costs permits, not CPU).
+    'hot-cards': { type: 'string', default: '1000' },
     // The CPUs the fleet is pinned to (the generator takes the others); 'none': not pinned.
     cpus: { type: 'string', default: '0' },
     // FIFO and fair alternated this many times (a noisy machine: each round is a fresh fleet of each).
@@ -36,8 +39,9 @@ const quietRate = numberFlag(a, 'quiet-rate', 1, 1_000)
 const hotRate = numberFlag(a, 'hot-rate', 1, 20_000)
 const tenants = numberFlag(a, 'tenants', 1, 1_000_000)
 const rounds = numberFlag(a, 'rounds', 1, 10)
+const hotCards = numberFlag(a, 'hot-cards', 1, 1_000)
 const QUIET = 20
-const command = `npm run bench:fairness -- --seconds ${seconds} --quiet-rate ${quietRate} --hot-rate ${hotRate} --tenants ${tenants} --cpus ${a.cpus} --rounds ${rounds}${a.only ? ` --only ${a.only}` : ''}`
+const command = `npm run bench:fairness -- --seconds ${seconds} --quiet-rate ${quietRate} --hot-rate ${hotRate} --tenants ${tenants} --hot-cards ${hotCards} --cpus ${a.cpus} --rounds ${rounds}${a.only ? ` --only ${a.only}` : ''}`
 
 // ---- the bulkhead alone ----------------------------------------------------
 
@@ -109,9 +113,9 @@ async function fleetRun (fairBy: 'off' | 'merchant', round: number): Promise<{ a
     await db.end()
     const gw = new Pool(fleet.gatewayUrl, { connections: 1024 })
     let n = 0
-    const sender = (merchant: (i: number) => string, codes: Record<string, number>) => async (i: number): Promise<number> => {
+    const sender = (merchant: (i: number) => string, codes: Record<string, number>, cards = 1_000) => async (i: number): Promise<number> => {
       const k = ++n
-      const r = await gatewayPost(gw, fleet.apiKey, '/v1/authorizations', `fair-${fairBy}-${process.pid}-${round}-${k}`, { merchantId: merchant(i), cardToken: loadCardToken(k), amount: { value: 1, currency: 'EUR' } })
+      const r = await gatewayPost(gw, fleet.apiKey, '/v1/authorizations', `fair-${fairBy}-${process.pid}-${round}-${k}`, { merchantId: merchant(i), cardToken: loadCardToken(cards < 1_000 ? 1 + (i % cards) : k), amount: { value: 1, currency: 'EUR' } })
       if (r.statusCode === 201) { await r.body.dump(); return 201 }
       // Who refused, and whether for a fair share: the lane's own policy, or the gateway's cap.
       const p = (await r.body.json().catch(() => ({}))) as { code?: string, 'violated-policies'?: string[], fairShare?: unknown }
@@ -127,7 +131,7 @@ async function fleetRun (fairBy: 'off' | 'merchant', round: number): Promise<{ a
     const beside: Phase = { quiet: undefined!, quietCodes: {}, hotCodes: {} }
     const [q, h] = await Promise.all([
       runOpenLoop({ rate: QUIET * quietRate, durationMs: seconds * 1000, send: sender(quietMerchant, beside.quietCodes) }),
-      runOpenLoop({ rate: hotRate, durationMs: seconds * 1000, send: sender(() => 'm_flash', beside.hotCodes) }),
+      runOpenLoop({ rate: hotRate, durationMs: seconds * 1000, send: sender(() => 'm_flash', beside.hotCodes, hotCards) }),
     ])
     beside.quiet = q
     beside.hot = h
@@ -170,7 +174,7 @@ if (decisionRows.length) {
   for (const r of decisionRows) console.log(r)
 }
 if (fleetRows.length) {
-  console.log(`\nPOST /v1/authorizations through the gateway, open loop, ${QUIET} quiet merchants at ${quietRate}/s each, the hot one at ${hotRate}/s, ${seconds} s; ${a.cpus === '0' ? 'fleet pinned to cpu 0, generator to cpu 1' : a.cpus === 'none' ? 'nothing pinned' : `fleet pinned to cpus ${a.cpus}`}:\n`)
+  console.log(`\nPOST /v1/authorizations through the gateway, open loop, ${QUIET} quiet merchants at ${quietRate}/s each, the hot one at ${hotRate}/s on ${hotCards} cards, ${seconds} s; ${a.cpus === '0' ? 'fleet pinned to cpu 0, generator to cpu 1' : a.cpus === 'none' ? 'nothing pinned' : `fleet pinned to cpus ${a.cpus}`}:\n`)
   console.log('| run | sent | 201 | p50 ms | p99 ms | answers |\n|---|---|---|---|---|---|')
   for (const r of fleetRows) console.log(r)
   const mean = (xs: number[]): number => xs.reduce((x, y) => x + y, 0) / xs.length
