@@ -12,12 +12,17 @@
 // if that tenant would still have more than the arrival's, else it is refused.
 // One tenant alone gets exactly the plain FIFO bulkhead. State is kept for the
 // tenants with something in flight (and, until a sweep, as many idle ones); a
-// decision looks at no more tenants than the queue has places. A tenant's weight (default 1) scales its share: "holds
-// the fewest" and "has the most" compare permits per unit of weight.
-// A lane with no queue has nothing to reorder or displace: there, `reserve`
-// keeps the last few free permits, while another tenant is in flight, from a
-// tenant already at its share, so the hog is the one refused first. A tenant
-// alone still gets every permit.
+// decision looks at no more tenants than the queue has places. A tenant's
+// weight (default 1) scales its share: "holds the fewest" and "has the most"
+// compare permits per unit of weight.
+//
+// Fair queuing alone cannot help when the hog's work is slow (its card rows
+// locked, its provider stalled): it holds every permit, and the others get one
+// only as often as one of its comes back. So `reserve` guarantees a little:
+// while another tenant is in flight, the last `reserve` free permits are not
+// taken by a tenant already holding its share (permits x its weight / the
+// weights in flight); it waits in the queue (or, with no queue, is refused).
+// A tenant alone still gets every permit.
 
 import { cancellationOf, type Cancellation } from './cancellation.ts'
 
@@ -94,7 +99,7 @@ export interface BulkheadOptions {
   onChange?: (active: number, queued: number) => void
   /** A tenant's weight (> 0); default 1 for every tenant. */
   weight?: (tenant: string) => number
-  /** With no queue: free permits kept from a tenant already at its share. Default 0. */
+  /** Free permits kept, while another tenant is in flight, from a tenant already at its share. Default 0. */
   reserve?: number
 }
 
@@ -124,7 +129,7 @@ export class Bulkhead {
     this.permits = opts.permits
     this.queueCapacity = opts.queue
     this.queueWaitMs = opts.queueWaitMs
-    this.reserve = opts.queue === 0 ? Math.min(opts.reserve ?? 0, opts.permits - 1) : 0
+    this.reserve = Math.max(0, Math.min(opts.reserve ?? 0, opts.permits - 1))
     this.#weight = opts.weight ?? (() => 1)
     this.#onChange = opts.onChange
   }
@@ -136,9 +141,13 @@ export class Bulkhead {
   /** Tenants whose state is kept: those in flight and idle ones not swept yet (at most 64 or as many as in flight). */
   get tenantsKept (): number { return this.#tenants.size }
 
-  /** Take a permit without waiting, or null. */
+  /**
+   * Take a permit without waiting, or null. A free permit while others wait
+   * means every waiter is kept from the reserve (#pump), so an arrival the
+   * reserve does not keep overtakes nobody who could have had it.
+   */
   tryAcquire (tenant = ''): Permit | null {
-    if (this.#active < this.permits && this.#queued === 0 && !this.#reserved(tenant)) {
+    if (this.#active < this.permits && (this.#queued === 0 || this.reserve > 0) && !this.#reserved(tenant)) {
       this.#active++
       const t = this.#tenant(tenant)
       t.held++
@@ -150,9 +159,16 @@ export class Bulkhead {
 
   /** The free permits left are the reserve, another tenant is in flight, and this one already holds its share. */
   #reserved (tenant: string): boolean {
-    if (this.permits - this.#active > this.reserve || this.tenantsInFlight < 2) return false
     const t = this.#live(tenant)
-    return t !== undefined && t.held >= this.permits * t.weight / this.#weights
+    return t !== undefined && this.#keptFrom(t)
+  }
+
+  // held >= permits x weight / weights, as held / weight >= permits / weights:
+  // the quantity the hand-over minimises, so if the tenant it picks is kept
+  // from the reserve, every waiting tenant is.
+  #keptFrom (t: Tenant): boolean {
+    if (this.permits - this.#active > this.reserve || this.tenantsInFlight < 2) return false
+    return t.held / t.weight >= this.permits / this.#weights
   }
 
   /**
@@ -270,12 +286,16 @@ export class Bulkhead {
     if (w.done) return
     const q = w.tenant.queue
     const i = q.indexOf(w)
-    // Its standing is taken with its own place still counted.
-    const refusal = displacedFor !== undefined ? this.#refusal(reason, w.tenant.name, displacedFor) : new BulkheadRejected(reason)
+    // Its standing is taken with its own place still counted. A waiter that timed
+    // out beside a free permit was kept from the reserve: refused for its share.
+    const kept = reason === 'queue_timeout' && this.#active < this.permits
+    const refusal = displacedFor !== undefined ? this.#refusal(reason, w.tenant.name, displacedFor) : kept ? this.#refusal(reason, w.tenant.name) : new BulkheadRejected(reason)
     if (i >= 0) { q.splice(i, 1); this.#queued-- }
     this.#tidy(w.tenant)
     this.#settle(w)
     w.reject(refusal)
+    // One tenant fewer in flight can free a waiter the reserve kept.
+    if (this.reserve > 0) this.#pump()
     this.#changed()
   }
 
@@ -294,31 +314,32 @@ export class Bulkhead {
         released = true
         t.held--
         this.#tidy(t)
-        this.#handOver()
+        this.#active--
+        this.#pump()
+        this.#changed()
       },
     }
   }
 
-  // A released permit goes straight to a waiter, so no arrival can overtake
-  // one: the oldest waiter of the waiting tenant that holds the fewest permits
-  // per unit of weight, the earliest in turn among equals; a tenant served goes
-  // to the back of the turn if it has more waiting. (The turn has at most one
-  // tenant per place.)
-  #handOver (): void {
-    let t: Tenant | undefined
-    for (const x of this.#ready.values()) if (!t || x.held / x.weight < t.held / t.weight) t = x
-    if (t) {
+  // Free permits go straight to waiters, so no arrival can overtake one: the
+  // oldest waiter of the waiting tenant that holds the fewest permits per unit
+  // of weight, the earliest in turn among equals; a tenant served goes to the
+  // back of the turn if it has more waiting. (The turn has at most one tenant
+  // per place.) Stops at a tenant the reserve keeps from the permit.
+  #pump (): void {
+    while (this.#active < this.permits) {
+      let t: Tenant | undefined
+      for (const x of this.#ready.values()) if (!t || x.held / x.weight < t.held / t.weight) t = x
+      if (!t || this.#keptFrom(t)) return
       const next = t.queue.shift()!
       this.#queued--
+      this.#active++
       t.held++
       this.#ready.delete(t.name)
       if (t.queue.length > 0) this.#ready.set(t.name, t)
       this.#settle(next)
       next.resolve(this.#permit(t, tryNow() - next.enqueuedAt))
-    } else {
-      this.#active--
     }
-    this.#changed()
   }
 
   #changed (): void {

@@ -31,7 +31,7 @@ export interface LaneDefaults {
   readonly commitDelayMs: number
   /** Whose fair share the bulkhead keeps when contended (shared/bulkhead.ts). */
   readonly fairBy: FairBy
-  /** With no queue: free permits kept from a tenant at its share while another is in flight. */
+  /** Free permits kept, while another tenant is in flight, from a tenant at its share (shared/bulkhead.ts). */
   readonly fairReserve: number
 }
 
@@ -42,11 +42,10 @@ export type SaturationCode = 'ERR_CARD_AUTH_SATURATED' | 'ERR_FRAUD_SATURATED' |
 
 export const LANE_DEFAULTS: Readonly<Record<LaneName, LaneDefaults>> = Object.freeze({
   // 50 ms of queue wait keeps a queued card authorization inside the 120 ms p99 SLA.
-  'card-auth': { priority: 'P0', permits: 75, queue: 10, queueWaitMs: 50, poolMax: 40, role: 'card_auth_ds', schema: 'card_auth', port: 8101, saturated: 'ERR_CARD_AUTH_SATURATED', commitDelayMs: 10, fairBy: 'merchant', fairReserve: 0 },
+  'card-auth': { priority: 'P0', permits: 75, queue: 10, queueWaitMs: 50, poolMax: 40, role: 'card_auth_ds', schema: 'card_auth', port: 8101, saturated: 'ERR_CARD_AUTH_SATURATED', commitDelayMs: 10, fairBy: 'merchant', fairReserve: 5 },
   // Fraud's own overflow is a 202 (queued screening); this is its answer when it cannot queue either.
-  fraud: { priority: 'P1', permits: 30, queue: 5, queueWaitMs: 100, poolMax: 15, role: 'fraud_ds', schema: 'fraud', port: 8102, saturated: 'ERR_FRAUD_SATURATED', commitDelayMs: 0, fairBy: 'merchant', fairReserve: 0 },
+  fraud: { priority: 'P1', permits: 30, queue: 5, queueWaitMs: 100, poolMax: 15, role: 'fraud_ds', schema: 'fraud', port: 8102, saturated: 'ERR_FRAUD_SATURATED', commitDelayMs: 0, fairBy: 'merchant', fairReserve: 2 },
   // INV-BH-02: the tax lane never queues. Its overflow is a compensated quote, else this.
-  // With no queue to reorder, its fairness between API clients is the reserve.
   tax: { priority: 'P2', permits: 15, queue: 0, queueWaitMs: 0, poolMax: 5, role: 'tax_ds', schema: 'tax', port: 8103, saturated: 'ERR_TAX_BULKHEAD_SATURATED', commitDelayMs: 0, fairBy: 'client', fairReserve: 2 },
 })
 
@@ -141,7 +140,7 @@ export function laneSchema (d: LaneDefaults, workerPool: number) {
     LEAK_DETECTION_MS: int(LEAK_DETECTION_DEFAULT_MS, 0, 600_000),
     COMMIT_DELAY_MS: int(d.commitDelayMs, 0, 1_000),
     // Fair admission between tenants (shared/bulkhead.ts): who they are, their
-    // weights ("m_gold=4,m_silver=2"; others 1), and a no-queue lane's reserve.
+    // weights ("m_gold=4,m_silver=2"; others 1), and the permits kept for those under their share.
     FAIR_BY: Type.Union([Type.Literal('merchant'), Type.Literal('client'), Type.Literal('off')], { default: d.fairBy }),
     FAIR_WEIGHTS: Type.String({ default: '', pattern: `^(${WEIGHT.source.slice(1, -1)}(,${WEIGHT.source.slice(1, -1)})*)?$`, maxLength: 100_000 }),
     FAIR_RESERVE: int(d.fairReserve, 0, 10_000),
@@ -193,7 +192,7 @@ export interface LaneLimits {
   readonly state: { readonly saturatedExitBelow: number, readonly recoverBelow: number, readonly recoverWindowMs: number }
   readonly pressure: PressureLimits
   readonly gateway: { readonly inflightCap: number }
-  /** Fair admission between tenants: who they are, their weights (default 1), a no-queue lane's reserve. */
+  /** Fair admission between tenants: who they are, their weights (default 1), the reserve. */
   readonly fair: { readonly by: FairBy, readonly weights: ReadonlyMap<string, number>, readonly reserve: number }
   readonly port: number
   readonly host: string
@@ -222,10 +221,9 @@ export function laneLimits (lane: LaneName, env: Record<string, string | undefin
   for (const [k, v] of Object.entries(env)) if (k.startsWith(prefix)) scoped[k.slice(prefix.length)] = v
   if (env.ROLE_PREFIX !== undefined && scoped.ROLE_PREFIX === undefined) scoped.ROLE_PREFIX = env.ROLE_PREFIX
   const c: Static<ReturnType<typeof laneSchema>> = loadConfig(laneSchema(d, LANE_QUEUES[lane].length > 0 ? 1 : 0), scoped)
-  // The default reserve is for the lane's default shape: none once it has a queue, never all its permits.
+  // The default reserve never takes all of a lane's permits; one set by hand must be below them.
   const reserveSet = scoped.FAIR_RESERVE !== undefined && scoped.FAIR_RESERVE !== ''
-  const reserve = reserveSet ? c.FAIR_RESERVE : c.QUEUE > 0 ? 0 : Math.min(c.FAIR_RESERVE, c.PERMITS - 1)
-  if (reserve > 0 && c.QUEUE > 0) throw new AppError('ERR_CONFIG_INVALID', { detail: `${prefix}FAIR_RESERVE (${c.FAIR_RESERVE}) is for a lane without a queue; set it to 0, or ${prefix}QUEUE to 0` })
+  const reserve = reserveSet ? c.FAIR_RESERVE : Math.min(c.FAIR_RESERVE, c.PERMITS - 1)
   if (reserve >= c.PERMITS) throw new AppError('ERR_CONFIG_INVALID', { detail: `${prefix}FAIR_RESERVE (${c.FAIR_RESERVE}) must be below ${prefix}PERMITS (${c.PERMITS})` })
   if (c.WORKER_POOL_MAX >= c.POOL_MAX) throw new AppError('ERR_CONFIG_INVALID', { detail: `${prefix}WORKER_POOL_MAX (${c.WORKER_POOL_MAX}) must be below ${prefix}POOL_MAX (${c.POOL_MAX})` })
   return Object.freeze({

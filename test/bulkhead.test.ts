@@ -153,7 +153,8 @@ t.test('random arrivals and releases: limits hold, and a waiting tenant is passe
   for (let round = 0; round < 20; round++) {
     const permits = 1 + Math.floor(random() * 4)
     const queue = 1 + Math.floor(random() * 6)
-    const b = new Bulkhead({ permits, queue, queueWaitMs: 60_000 })
+    // Every other round with a reserve: the guarantee must not break the limits or the order.
+    const b = new Bulkhead({ permits, queue, queueWaitMs: 60_000, reserve: round % 2 === 1 ? Math.floor(permits / 2) : 0 })
     const held: Array<{ tenant: string, p: Permit }> = []
     const holding = new Map<string, number>()
     const waiting = new Map<string, number>()
@@ -260,6 +261,40 @@ t.test('with no queue, the reserve keeps the last permits from a tenant at its s
   t.equal(await reason(b.acquire(undefined, 'late2')), 'fail_fast', 'a full lane still fails fast')
   for (const p of [quiet, quiet2, late, ...hog]) p.release()
   t.equal(b.tenantsInFlight, 0)
+})
+
+t.test('with a queue, the reserve keeps the hog waiting while others take the last permits', async t => {
+  const b = new Bulkhead({ permits: 4, queue: 4, queueWaitMs: 10_000, reserve: 2 })
+  const hog = [await b.acquire(undefined, 'hog'), await b.acquire(undefined, 'hog')]
+  const quiet = await b.acquire(undefined, 'quiet')
+  let hogIn = false
+  const hogWaits = b.acquire(undefined, 'hog').then(p => { hogIn = true; return p })
+  t.same([b.active, b.queued], [3, 1], 'the hog holds its share (2 of 4 between 2): it waits beside a free permit')
+  const quiet2 = await b.acquire(undefined, 'quiet2')
+  t.same([b.active, b.queued], [4, 1], 'another merchant takes the free permit past it')
+  quiet.release()
+  await settle()
+  t.notOk(hogIn, 'with quiet2 in flight the hog still holds its share: the freed permit stays free')
+  quiet2.release()
+  await settle()
+  t.ok(hogIn, 'alone again, the hog gets it')
+  for (const p of [...hog, await hogWaits]) p.release()
+  t.same([b.active, b.queued, b.tenantsInFlight], [0, 0, 0])
+})
+
+t.test('a waiter the reserve kept past its budget is refused for its share', async t => {
+  const b = new Bulkhead({ permits: 4, queue: 2, queueWaitMs: 20, reserve: 1 })
+  const hog = [await b.acquire(undefined, 'hog'), await b.acquire(undefined, 'hog')]
+  const other = await b.acquire(undefined, 'other')
+  const kept = await refusal(b.acquire(undefined, 'hog'))
+  t.equal(kept.reason, 'queue_timeout', 'it waited beside the free permit until its budget ran out')
+  t.same(kept.fair, { tenant: 'hog', held: 2, queued: 1, share: 2, tenants: 2, displaced: false })
+  t.equal(b.fairShed, 1)
+  const full = new Bulkhead({ permits: 1, queue: 1, queueWaitMs: 20, reserve: 0 })
+  const p = await full.acquire(undefined, 'a')
+  t.equal((await refusal(full.acquire(undefined, 'b'))).fair, undefined, 'a plain wait past the budget, with no permit free, says nothing of shares')
+  p.release()
+  for (const x of [...hog, other]) x.release()
 })
 
 t.test('top tenants and the count in flight stay bounded by what is in flight', async t => {

@@ -82,3 +82,36 @@ t.test('FIFO (CARD_AUTH_FAIR_BY=off): the quiet merchants are refused behind the
   t.equal(hot.filter(r => r.status === 201).length, 10, 'the hot merchant keeps every permit and place')
   t.equal(during.fair.tenants, 1, 'one tenant: everyone')
 })
+
+// The reserve: the hot merchant's own authorizations are slow (its card row
+// held), a quiet one's too, and the last free permits are kept from the hot
+// merchant, now at its share, so a third merchant is answered at once.
+t.test('the reserve: the last permits go to a merchant under its share while the hot one waits', async t => {
+  const env = { ...LIMITS, CARD_AUTH_FAIR_RESERVE: '2' }
+  const lane = await startProcess(t, 'card-auth-reserve', 'services/card-auth/main.ts', laneEnv('card-auth', { ...db.env, ...env }, db.laneUrl('card-auth', env)))
+  await eventually(async () => (await call(lane.url + '/health/ready')).status === 200, 30_000)
+  const status = async () => (await call(lane.url + '/status')).body
+  const auth = (merchantId: string, card: string): Promise<Res> => call(lane.url + '/v1/authorizations', {
+    json: { merchantId, cardToken: card, amount: { value: 1, currency: 'EUR' } },
+    headers: { 'x-client-id': 'fair-client', 'idempotency-key': `fair-reserve-${++n}` },
+  })
+  const holder = await db.pool.connect()
+  let held = false
+  t.teardown(async () => { if (held) await holder.query('rollback'); holder.release() })
+  await holder.query('begin')
+  await holder.query("select 1 from card_auth.card_accounts where token in ('tok_fair_hot', 'tok_fair_q1') for update")
+  held = true
+  const slow = [auth('m_quiet_1', 'tok_fair_q1')]
+  t.ok(await eventually(async () => (await status()).active === 1, 10_000, 20), 'a quiet merchant in flight')
+  for (let i = 0; i < 5; i++) slow.push(auth('m_flash', 'tok_fair_hot'))
+  t.ok(await eventually(async () => { const s = await status(); return s.active === 4 && s.queue.depth === 2 }, 10_000, 20),
+    'the hot merchant took 3 of 6 permits, its share between two; its next 2 wait beside the 2 kept free')
+  const third = await auth('m_quiet_2', 'tok_fair_q2')
+  t.equal(third.status, 201, 'a third merchant is answered at once from the reserve')
+  t.equal((await status()).queue.depth, 2, 'while the hot merchant still waits')
+  await holder.query('commit')
+  held = false
+  const rest = await Promise.all(slow)
+  t.same(rest.map(r => r.status), [201, 201, 201, 201, 201, 201], 'once the rows are free, everyone is served')
+  await lane.kill()
+})

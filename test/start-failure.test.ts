@@ -207,7 +207,7 @@ t.test('a start that fails ends the process with one line, exit code 1, no stack
     { what: 'a bad breaker setting of the tax lane', args: ['tax'], env: { ...db.env, DATABASE_URL: db.laneUrl('tax'), TAX_PORT: '0', TAX_BREAKER_FAILURE_RATE: '1.5' }, code: 'ERR_CONFIG_INVALID', says: /TAX_BREAKER_FAILURE_RATE must be < 1/ },
     { what: 'a breaker of worker-tax that could never open', args: ['worker'], env: workerEnv(db.roleUrl(jobsRole), { WORKER_QUEUES: 'tax-reconcile', TAX_DATABASE_URL: db.laneUrl('tax'), TAX_BREAKER_MIN_CALLS: '50' }), code: 'ERR_CONFIG_INVALID', says: /TAX_BREAKER_MIN_CALLS \(50\) must not exceed TAX_BREAKER_WINDOW_CALLS \(20\)/ },
     { what: 'a fairness weight of 0', args: ['card-auth'], env: { ...db.env, DATABASE_URL: db.laneUrl('card-auth'), CARD_AUTH_PORT: '0', CARD_AUTH_FAIR_WEIGHTS: 'm_gold=4,m_off=0' }, code: 'ERR_CONFIG_INVALID', says: /CARD_AUTH_FAIR_WEIGHTS gives m_off a weight of 0: a weight must be above 0/ },
-    { what: 'a fairness reserve on a lane with a queue', args: ['fraud'], env: { ...db.env, DATABASE_URL: db.laneUrl('fraud'), FRAUD_PORT: '0', FRAUD_FAIR_RESERVE: '2' }, code: 'ERR_CONFIG_INVALID', says: /FRAUD_FAIR_RESERVE \(2\) is for a lane without a queue/ },
+    { what: 'a fairness reserve of every permit', args: ['fraud'], env: { ...db.env, DATABASE_URL: db.laneUrl('fraud'), FRAUD_PORT: '0', FRAUD_FAIR_RESERVE: '30' }, code: 'ERR_CONFIG_INVALID', says: /FRAUD_FAIR_RESERVE \(30\) must be below FRAUD_PERMITS \(30\)/ },
     { what: 'a port in use', args: ['tax-sandbox'], env: { TAX_SANDBOX_PORT: heldPort }, code: 'ERR_PORT_IN_USE', says: new RegExp(`port ${heldPort} is already in use \\(TAX_SANDBOX_PORT\\)`) },
   ]
   for (const c of cases) {
