@@ -19,21 +19,29 @@ await db.query(`insert into card_auth.card_accounts (token, currency, available,
   ('tok_fair_hot', 'EUR', 100000000, 'active'), ('tok_fair_q1', 'EUR', 100000, 'active'), ('tok_fair_q2', 'EUR', 100000, 'active'), ('tok_fair_q3', 'EUR', 100000, 'active')`)
 
 let n = 0
-async function scenario (t: Test, fairBy: 'merchant' | 'off') {
-  const env = { ...LIMITS, CARD_AUTH_FAIR_BY: fairBy }
-  const lane = await startProcess(t, `card-auth-${fairBy}`, 'services/card-auth/main.ts', laneEnv('card-auth', { ...db.env, ...env }, db.laneUrl('card-auth', env)))
-  const status = async () => (await call(lane.url + '/status')).body
+/** A card-auth lane with `extra` env, ready; its /status, an authorization of a merchant on a card, and a hold on card rows until `free()`. */
+async function startLane (t: Test, name: string, extra: Record<string, string>) {
+  const env = { ...LIMITS, ...extra }
+  const lane = await startProcess(t, name, 'services/card-auth/main.ts', laneEnv('card-auth', { ...db.env, ...env }, db.laneUrl('card-auth', env)))
   await eventually(async () => (await call(lane.url + '/health/ready')).status === 200, 30_000)
-  const auth = (merchantId: string, card: string): Promise<Res> => call(lane.url + '/v1/authorizations', {
-    json: { merchantId, cardToken: card, amount: { value: 1, currency: 'EUR' } },
-    headers: { 'x-client-id': 'fair-client', 'idempotency-key': `fair-${fairBy}-${++n}` },
-  })
   const holder = await db.pool.connect()
   let held = false
   t.teardown(async () => { if (held) await holder.query('rollback'); holder.release() })
-  await holder.query('begin')
-  await holder.query("select 1 from card_auth.card_accounts where token = 'tok_fair_hot' for update")
-  held = true
+  return {
+    lane,
+    status: async () => (await call(lane.url + '/status')).body,
+    auth: (merchantId: string, card: string): Promise<Res> => call(lane.url + '/v1/authorizations', {
+      json: { merchantId, cardToken: card, amount: { value: 1, currency: 'EUR' } },
+      headers: { 'x-client-id': 'fair-client', 'idempotency-key': `fair-${name}-${++n}` },
+    }),
+    hold: async (cards: string[]) => { await holder.query('begin'); await holder.query('select 1 from card_auth.card_accounts where token = any($1) for update', [cards]); held = true },
+    free: async () => { await holder.query('commit'); held = false },
+  }
+}
+
+async function scenario (t: Test, fairBy: 'merchant' | 'off') {
+  const { lane, status, auth, hold, free } = await startLane(t, `card-auth-${fairBy}`, { CARD_AUTH_FAIR_BY: fairBy })
+  await hold(['tok_fair_hot'])
 
   const hot: Array<Promise<Res>> = []
   for (let i = 0; i < 6; i++) hot.push(auth('m_flash', 'tok_fair_hot'))
@@ -48,8 +56,7 @@ async function scenario (t: Test, fairBy: 'merchant' | 'off') {
   // Decided at once either way: a place taken (the request waits) or a 429.
   await eventually(async () => { const s = await status(); return s.queue.depth === 4 && (s.rejections.queue_full ?? 0) >= 5 }, 10_000, 20)
   const during = { ...await status(), metrics: (await call(lane.url + '/metrics')).body as string }
-  await holder.query('commit')
-  held = false
+  await free()
   const [hotRes, quietRes] = await Promise.all([Promise.all(hot), Promise.all(quiet)])
   await lane.kill()
   return { hot: hotRes, quiet: quietRes, during }
@@ -87,20 +94,8 @@ t.test('FIFO (CARD_AUTH_FAIR_BY=off): the quiet merchants are refused behind the
 // held), a quiet one's too, and the last free permits are kept from the hot
 // merchant, now at its share, so a third merchant is answered at once.
 t.test('the reserve: the last permits go to a merchant under its share while the hot one waits', async t => {
-  const env = { ...LIMITS, CARD_AUTH_FAIR_RESERVE: '2' }
-  const lane = await startProcess(t, 'card-auth-reserve', 'services/card-auth/main.ts', laneEnv('card-auth', { ...db.env, ...env }, db.laneUrl('card-auth', env)))
-  await eventually(async () => (await call(lane.url + '/health/ready')).status === 200, 30_000)
-  const status = async () => (await call(lane.url + '/status')).body
-  const auth = (merchantId: string, card: string): Promise<Res> => call(lane.url + '/v1/authorizations', {
-    json: { merchantId, cardToken: card, amount: { value: 1, currency: 'EUR' } },
-    headers: { 'x-client-id': 'fair-client', 'idempotency-key': `fair-reserve-${++n}` },
-  })
-  const holder = await db.pool.connect()
-  let held = false
-  t.teardown(async () => { if (held) await holder.query('rollback'); holder.release() })
-  await holder.query('begin')
-  await holder.query("select 1 from card_auth.card_accounts where token in ('tok_fair_hot', 'tok_fair_q1') for update")
-  held = true
+  const { lane, status, auth, hold, free } = await startLane(t, 'card-auth-reserve', { CARD_AUTH_FAIR_RESERVE: '2' })
+  await hold(['tok_fair_hot', 'tok_fair_q1'])
   const slow = [auth('m_quiet_1', 'tok_fair_q1')]
   t.ok(await eventually(async () => (await status()).active === 1, 10_000, 20), 'a quiet merchant in flight')
   for (let i = 0; i < 5; i++) slow.push(auth('m_flash', 'tok_fair_hot'))
@@ -109,8 +104,7 @@ t.test('the reserve: the last permits go to a merchant under its share while the
   const third = await auth('m_quiet_2', 'tok_fair_q2')
   t.equal(third.status, 201, 'a third merchant is answered at once from the reserve')
   t.equal((await status()).queue.depth, 2, 'while the hot merchant still waits')
-  await holder.query('commit')
-  held = false
+  await free()
   const rest = await Promise.all(slow)
   t.same(rest.map(r => r.status), [201, 201, 201, 201, 201, 201], 'once the rows are free, everyone is served')
   await lane.kill()

@@ -14,18 +14,15 @@ import { clientIdOf, fingerprint, idempotencyKeyOf, replay } from '../../shared/
 import { WARM_UP_HEADER } from '../../shared/lane-kit/warm-up.ts'
 import type { LaneRejectReason } from '../../shared/metrics.ts'
 import type { FairShare } from '../../shared/bulkhead.ts'
-import { fairDetail, fairExtension } from '../../shared/lane-kit/fair.ts'
+import { fairSaturationError } from '../../shared/lane-kit/fair.ts'
 import { AUTHORIZATION_COLUMNS, authorizationBody, type AuthorizationRow } from './authorization.ts'
-import { saturationError } from '../../shared/lanes.ts'
 import { authorizeOne, type AuthorizeInput, type AuthorizeOutput, type AuthorizeWriter } from './authorize-writer.ts'
 
 export const cardAuthRoutes = (writer: AuthorizeWriter) => (app: FastifyInstance, kit: LaneKit): void => {
   // 429 with the lane's own policy: its permits, room again within the Retry-After;
   // refused while other merchants were in flight, also the merchant's load and fair share.
   const saturated = (reason: LaneRejectReason, _req: FastifyRequest, fair?: FairShare): never => {
-    const why = reason === 'queue_timeout' ? 'waited past the queue budget for a permit' : 'all permits busy and the queue is full'
-    const share = fairDetail(kit.limits.fair.by, kit.limits.permits, fair)
-    throw saturationError('card-auth', share ? `${why}; ${share}` : why, { name: 'card-auth', quota: kit.limits.permits }, fairExtension(fair))
+    throw fairSaturationError(kit.limits, reason === 'queue_timeout' ? 'waited past the queue budget for a permit' : 'all permits busy and the queue is full', fair)
   }
   const authorize: LaneHandler = async (req: FastifyRequest, exec) => {
     const body = req.body as AuthorizationRequest

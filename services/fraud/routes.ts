@@ -9,7 +9,7 @@ import { IdParams, ScreeningRequest } from '../../shared/api-schemas.ts'
 import { newId } from '../../shared/ids.ts'
 import { AppError } from '../../shared/errors.ts'
 import { saturationError } from '../../shared/lanes.ts'
-import { fairDetail, fairExtension } from '../../shared/lane-kit/fair.ts'
+import { fairSaturationError } from '../../shared/lane-kit/fair.ts'
 import type { LaneKit } from '../../shared/lane-kit/build-lane-app.ts'
 import type { LaneResult } from '../../shared/lane-kit/admission.ts'
 import { clientIdOf, fingerprint, idempotencyKeyOf, replay } from '../../shared/lane-kit/request-context.ts'
@@ -91,9 +91,6 @@ export function fraudRoutes (weights: ScoringWeights, writer: ScreeningWriter) {
       const r = rows[0]
       if (!r) throw new AppError('ERR_NOT_FOUND', { detail: `no screening ${id}` })
       return { status: 200, body: r.status === 'final' ? { ...r.response, status: 'final', score: r.score, decision: r.decision, reasons: r.reasons } : r.response }
-    }, (_reason, _req, fair) => {
-      const share = fairDetail(kit.limits.fair.by, kit.limits.permits, fair)
-      throw saturationError('fraud', `fraud lane saturated: every permit busy and the queue full${share ? `; ${share}` : ''}`, { name: 'fraud', quota: kit.limits.permits }, fairExtension(fair))
-    }))
+    }, (_reason, _req, fair) => { throw fairSaturationError(kit.limits, 'fraud lane saturated: every permit busy and the queue full', fair) }))
   }
 }

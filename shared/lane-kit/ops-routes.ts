@@ -4,6 +4,7 @@ import type { FastifyInstance } from 'fastify'
 import { poolCounts } from '../db/pool.ts'
 import type { LaneKit } from './build-lane-app.ts'
 import type { DbHealth } from './pressure.ts'
+import { roundShare } from './fair.ts'
 
 const ops = { config: { pressureHandler: () => undefined } }
 
@@ -18,7 +19,7 @@ export async function laneStatus (kit: LaneKit) {
     // Fair admission: the tenants in flight, and the 5 holding the most (with their share) for the deck.
     fair: {
       by: kit.limits.fair.by, reserve: kit.bulkhead.reserve, tenants: kit.bulkhead.tenantsInFlight, shed: kit.bulkhead.fairShed, displaced: kit.bulkhead.displaced,
-      top: kit.bulkhead.top(5).map(x => ({ ...x, share: Math.round(x.share * 10) / 10 })),
+      top: kit.bulkhead.top(5).map(x => ({ ...x, share: roundShare(x.share) })),
     },
     deadlineMs: kit.limits.deadlineMs,
     pool: poolCounts(kit.pool),
