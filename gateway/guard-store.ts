@@ -7,19 +7,25 @@
 // budget window, whether the key was seen (and the earliest its retry is
 // welcome), and the key's sliding log of attempts as a sorted set (the
 // admitted attempt held at now + hold until its answer, as SlidingLog.hold).
-// A second script, sent after the answer and waited on by no request, releases
-// the hold and notes the answer's Retry-After. Times are Redis's own clock
-// (TIME), one clock for every replica.
+// An answer releases its hold (and notes a Retry-After) later, waited on by no
+// request. A plain release rides on this replica's next decision, so a request
+// costs one round trip, not two; if no decision comes within RELEASE_WAIT_MS
+// the waiting releases go in one call of their own. An answer with a
+// Retry-After goes at once: a client's early retry may reach another replica
+// next. A release carries how long ago its answer was, so the attempt counts
+// from the answer either way. Times are Redis's own clock (TIME), one clock for
+// every replica.
 //
 // The store must never be the shared failure domain the spec forbids: no
 // offline queue (a command while disconnected fails at once), no resend of
 // unanswered commands after a reconnect, every command timed out after the
 // decision budget, and a breaker that stops asking a failing store and probes
-// it again a second later. The caller decides locally whenever this throws.
+// it again a second later (StallBreaker: only a store that has stopped
+// answering in time, not a hiccup). The caller decides locally whenever this throws.
 // Each decision carries its request's id and the script remembers it for a
 // window: a decision that reached Redis twice is counted once.
 import { Redis } from 'ioredis'
-import { BrokenCircuitError, circuitBreaker, CircuitState, ConsecutiveBreaker, handleAll, type CircuitBreakerPolicy } from 'cockatiel'
+import { BrokenCircuitError, circuitBreaker, CircuitState, handleAll, type CircuitBreakerPolicy, type IBreaker } from 'cockatiel'
 
 export type SharedVerdict = 'ok' | 'client_rate' | 'retry_storm' | 'retry_early' | 'retry_budget'
 const VERDICTS: readonly SharedVerdict[] = ['ok', 'client_rate', 'retry_storm', 'retry_early', 'retry_budget']
@@ -62,16 +68,44 @@ const OVER_BUDGET = new StoreUnavailable('no answer within the decision budget')
 
 /** How long a key's "seen" mark lasts: a retry after that counts as a first attempt. */
 const SEEN_WINDOWS = 10
+/** The longest a plain release waits for a decision to ride on (ms). */
+const RELEASE_WAIT_MS = 20
+/** Releases carried by one decision at most, and sent in one call of their own at most. */
+const FOLD_MAX = 16
+const FLUSH_MAX = 128
 
-const DECIDE = `
+// One answered attempt: its hold released as of `ago` ms before the script runs,
+// and a Retry-After (ms, 0: none) noted on its key. Both scripts apply these
+// from KEYS[first..] (log, seen pairs) and ARGV[firstArg..] (id, held, after, ago).
+const RELEASE = `
+local function release_all (now, first, first_arg, seen_ttl)
+  local j = first_arg
+  for i = first, #KEYS, 2 do
+    local id, held, after = ARGV[j], ARGV[j + 1] == '1', tonumber(ARGV[j + 2])
+    local at = now - tonumber(ARGV[j + 3])
+    if held then
+      local s = redis.call('ZSCORE', KEYS[i], id)
+      if s and tonumber(s) > at then redis.call('ZADD', KEYS[i], 'XX', at, id) end
+    end
+    if after > 0 and redis.call('EXISTS', KEYS[i + 1]) == 1 then redis.call('SET', KEYS[i + 1], at + after, 'PX', seen_ttl) end
+    j = j + 4
+  end
+end
 local function now_ms ()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+`
+
+// KEYS 1-5 and ARGV 1-10: the decision; after them, the releases riding on it
+// (applied first, whatever the decision).
+const DECIDE = RELEASE + `
 local id, has_key = ARGV[1], ARGV[2] == '1'
 local window, max, hold = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local ratio, floor = tonumber(ARGV[6]), tonumber(ARGV[7])
 local rate_max, rate_window, seen_ttl = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local now = now_ms()
+release_all(now, 6, 11, seen_ttl)
 if has_key then
   local done = redis.call('GET', KEYS[5])
   if done then
@@ -84,7 +118,6 @@ local function finish (v, ttl, allowed)
   if has_key then redis.call('SET', KEYS[5], v .. ':' .. ttl .. ':' .. allowed, 'PX', window) end
   return { v, ttl, allowed }
 end
-local now = now_ms()
 local n = redis.call('INCR', KEYS[1])
 if n == 1 then redis.call('PEXPIRE', KEYS[1], rate_window) end
 if n > rate_max then return finish(1, redis.call('PTTL', KEYS[1]), rate_max) end
@@ -130,17 +163,36 @@ save()
 return finish(0, 0, 0)
 `
 
-const ANSWERED = `
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if ARGV[2] == '1' then
-  local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
-  if s and tonumber(s) > now then redis.call('ZADD', KEYS[1], 'XX', now, ARGV[1]) end
-end
-local after = tonumber(ARGV[3])
-if after > 0 and redis.call('EXISTS', KEYS[2]) == 1 then redis.call('SET', KEYS[2], now + after, 'PX', ARGV[4]) end
+// ARGV[1]: the seen mark's lifetime; then the releases.
+const ANSWERED = RELEASE + `
+release_all(now_ms(), 1, 2, tonumber(ARGV[1]))
 return 1
 `
+
+/**
+ * Opens when at least 3 decisions in a row failed and the first of them is
+ * STALL_MS or more ago: the store has stopped answering within the budget.
+ * Not on a count alone: under load the decisions in flight during one short
+ * stall of a busy host all miss their budget together, and a plain "3 in a
+ * row" opened every few seconds at 1,400/s and sent half of the decisions
+ * local for a second each time (npm run bench:cost -- --redis).
+ */
+export class StallBreaker implements IBreaker {
+  state = { failures: 0, since: 0 }
+  constructor (readonly stallMs: number, readonly now: () => number = () => performance.now()) {}
+  success (): void { this.state.failures = 0 }
+  failure (): boolean {
+    const now = this.now()
+    if (this.state.failures++ === 0) this.state.since = now
+    return this.state.failures >= 3 && now - this.state.since >= this.stallMs
+  }
+}
+
+/** How long the store must have failed every decision before the breaker opens (ms). */
+const STALL_MS = 100
+
+/** An answer whose release has not been sent yet. */
+interface Release { log: string, seen: string, id: string, held: boolean, afterMs: number, at: number }
 
 type Scripted = Redis & {
   wtDecide (...args: Array<string | number>): Promise<[number, number, number]>
@@ -155,6 +207,9 @@ export class RedisGuardStore {
   #up = true
   readonly #probe: NodeJS.Timeout
   readonly #budgetMs: number
+  /** Answers whose release waits for a decision to ride on, oldest first. */
+  #releases: Release[] = []
+  #flushTimer: NodeJS.Timeout | undefined
 
   constructor (o: GuardStoreOptions, limits: SharedLimits) {
     this.#prefix = o.prefix ?? 'wt:'
@@ -178,11 +233,12 @@ export class RedisGuardStore {
       // pipeline in flight, and a timed-out command inside it rejects unhandled.
       enableAutoPipelining: false,
     }) as Scripted
-    this.#redis.defineCommand('wtDecide', { numberOfKeys: 5, lua: DECIDE })
-    this.#redis.defineCommand('wtAnswered', { numberOfKeys: 2, lua: ANSWERED })
+    // The number of keys goes first: it grows with the releases carried.
+    this.#redis.defineCommand('wtDecide', { lua: DECIDE })
+    this.#redis.defineCommand('wtAnswered', { lua: ANSWERED })
     // ioredis reports connection errors as events; the breaker and the log line below say what matters.
     this.#redis.on('error', () => {})
-    this.#breaker = circuitBreaker(handleAll, { halfOpenAfter: 1_000, breaker: new ConsecutiveBreaker(3) })
+    this.#breaker = circuitBreaker(handleAll, { halfOpenAfter: 1_000, breaker: new StallBreaker(STALL_MS) })
     // Said once when it goes and once when it is back: a failed probe opens the breaker again silently.
     this.#breaker.onBreak(reason => {
       if (!this.#up) return
@@ -232,12 +288,15 @@ export class RedisGuardStore {
     if (this.#breaker.state !== CircuitState.Closed) throw OUT
     const l = this.#limits
     const k = this.#keys(client, key ?? '')
+    const riding = this.#releases.length > 0 ? this.#releases.splice(0, FOLD_MAX) : undefined
+    const keys = [`${this.#prefix}rate:${client}`, `${this.#prefix}win:${client}`, k.seen, k.log, `${this.#prefix}dec:${id}`]
+    const args: Array<string | number> = [
+      id, key === undefined ? 0 : 1, l.windowMs, l.perKeyAttempts, l.holdMs, l.budgetRatio, l.budgetFloor,
+      l.clientRateMax, l.clientRateWindowMs, l.windowMs * SEEN_WINDOWS,
+    ]
+    if (riding) addReleases(riding, keys, args)
     try {
-      const [v, ttlMs, allowed] = await this.#breaker.execute(() => this.#withinBudget(this.#redis.wtDecide(
-        `${this.#prefix}rate:${client}`, `${this.#prefix}win:${client}`, k.seen, k.log, `${this.#prefix}dec:${id}`,
-        id, key === undefined ? 0 : 1, l.windowMs, l.perKeyAttempts, l.holdMs, l.budgetRatio, l.budgetFloor,
-        l.clientRateMax, l.clientRateWindowMs, l.windowMs * SEEN_WINDOWS,
-      )))
+      const [v, ttlMs, allowed] = await this.#breaker.execute(() => this.#withinBudget(this.#redis.wtDecide(keys.length, ...keys, ...args)))
       return { verdict: VERDICTS[v] ?? 'ok', ttlMs, allowed }
     } catch (err) {
       if (err instanceof StoreUnavailable) throw err
@@ -270,14 +329,37 @@ export class RedisGuardStore {
    * Nobody waits on it; a failure only costs the key its hold's full length.
    */
   answered (client: string, key: string, id: string, held: boolean, retryAfterMs: number): void {
-    if (!this.#up) return
+    if (!this.#up || (!held && retryAfterMs <= 0)) return
     const k = this.#keys(client, key)
-    this.#breaker.execute(() => this.#redis.wtAnswered(k.log, k.seen, id, held ? 1 : 0, Math.round(retryAfterMs), this.#limits.windowMs * SEEN_WINDOWS))
-      .catch(() => {})
+    this.#releases.push({ log: k.log, seen: k.seen, id, held, afterMs: Math.round(retryAfterMs), at: performance.now() })
+    if (retryAfterMs > 0 || this.#releases.length >= FLUSH_MAX) this.#flush()
+    else this.#flushTimer ??= setTimeout(() => this.#flush(), RELEASE_WAIT_MS).unref()
+  }
+
+  /** Sends every waiting release in calls of their own. */
+  #flush (): void {
+    clearTimeout(this.#flushTimer)
+    this.#flushTimer = undefined
+    while (this.#releases.length > 0) {
+      const keys: string[] = []
+      const args: Array<string | number> = [this.#limits.windowMs * SEEN_WINDOWS]
+      addReleases(this.#releases.splice(0, FLUSH_MAX), keys, args)
+      this.#breaker.execute(() => this.#redis.wtAnswered(keys.length, ...keys, ...args)).catch(() => {})
+    }
   }
 
   async close (): Promise<void> {
     clearInterval(this.#probe)
+    clearTimeout(this.#flushTimer)
     this.#redis.disconnect()
+  }
+}
+
+/** Appends `releases` to a script's keys and arguments, in RELEASE's layout. */
+function addReleases (releases: Release[], keys: string[], args: Array<string | number>): void {
+  const now = performance.now()
+  for (const r of releases) {
+    keys.push(r.log, r.seen)
+    args.push(r.id, r.held ? 1 : 0, r.afterMs, Math.max(0, Math.round(now - r.at)))
   }
 }

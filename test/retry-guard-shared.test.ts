@@ -10,7 +10,8 @@ import { startFleet } from './helpers/fleet.ts'
 import { call, eventually, type Res } from './helpers/http.ts'
 import { startProcess, type Proc } from './helpers/procs.ts'
 import { startRedis } from './helpers/redis.ts'
-import { RedisGuardStore } from '../gateway/guard-store.ts'
+import { Redis } from 'ioredis'
+import { RedisGuardStore, StallBreaker } from '../gateway/guard-store.ts'
 
 const db = await testDatabase(t)
 await db.query("insert into card_auth.card_accounts (token, currency, available) values ('tok_shared_guard', 'EUR', 1000000000)")
@@ -112,6 +113,52 @@ t.test('a busy gateway does not take a quick Redis for a slow one', async t => {
     verdicts.push(await d)
   }
   t.same(verdicts, ['ok', 'ok', 'ok', 'ok', 'ok'], 'each decided by Redis, none timed out')
+})
+
+const limits = { windowMs: 10_000, perKeyAttempts: 4, holdMs: 1_000, budgetRatio: 0.2, budgetFloor: 10, clientRateMax: 1_000, clientRateWindowMs: 60_000 }
+
+t.test('one round trip per request: an answer\'s release rides on the next decision, or goes alone soon after', async t => {
+  const store = new RedisGuardStore({ url: redis.url, budgetMs: 250 }, limits)
+  const other = new RedisGuardStore({ url: redis.url, budgetMs: 250 }, limits)
+  const admin = new Redis(redis.url)
+  t.teardown(async () => { await store.close(); await other.close(); admin.disconnect() })
+  t.ok(await store.connected(5_000) && await other.connected(5_000), 'connected')
+  const scripts = async (): Promise<number> => {
+    const info = await admin.info('commandstats')
+    return [...info.matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm)].reduce((n, m) => n + Number(m[1]), 0)
+  }
+  const held = async (key: string, id: string): Promise<number> => {
+    const [sec, us] = await admin.time()
+    return Number(await admin.zscore(`wt:log:ride-client\u0000${key}`, id)) - (Number(sec) * 1000 + Math.floor(Number(us) / 1000))
+  }
+  t.equal((await store.decide('ride-client', 'k1', 'ride-1')).verdict, 'ok', 'the first decision')
+  t.ok(await held('k1', 'ride-1') > 500, 'its attempt is held while in flight (scored at now + hold)')
+  const before = await scripts()
+  store.answered('ride-client', 'k1', 'ride-1', true, 0)
+  t.equal((await store.decide('ride-client', 'k2', 'ride-2')).verdict, 'ok', 'the next decision')
+  t.equal(await scripts() - before, 1, 'the answer and the next decision: one script call')
+  t.ok(await held('k1', 'ride-1') <= 0, 'and the first attempt now counts from its answer')
+
+  store.answered('ride-client', 'k2', 'ride-2', true, 0)
+  t.ok(await eventually(async () => await held('k2', 'ride-2') <= 0 ? true : undefined, 5_000, 20), 'with no decision after it, the release goes alone')
+
+  // A Retry-After goes at once: the client's early retry may come through another replica.
+  t.equal((await store.decide('ride-client', 'k3', 'ride-3')).verdict, 'ok', 'a third key')
+  store.answered('ride-client', 'k3', 'ride-3', true, 5_000)
+  const early = await eventually(async () => { const d = await other.decide('ride-client', 'k3', `ride-3-retry-${Math.random()}`); return d.verdict === 'retry_early' ? d : undefined }, 5_000, 5)
+  t.equal(early?.verdict, 'retry_early', 'its retry on the other replica is refused as early')
+})
+
+t.test('the store\'s breaker opens on a stall, not on a hiccup', async t => {
+  let now = 0
+  const b = new StallBreaker(100, () => now)
+  const fails = (n: number, everyMs: number): boolean[] => Array.from({ length: n }, () => { now += everyMs; return b.failure() })
+  t.notOk(fails(50, 0.2).some(Boolean), '50 decisions missing their budget within 10 ms (one hiccup under load): still closed')
+  b.success()
+  t.same(fails(3, 250), [false, false, true], 'three in a row over 500 ms (a hung store at a slow budget): open at the third')
+  b.success()
+  const long = fails(30, 5)
+  t.equal(long.indexOf(true), 20, 'one decision every 5 ms, each missing: open once the misses span 100 ms')
 })
 
 t.test('Redis paused, killed, started again: nothing waits on it, limits fall back to a share, then are shared again', async t => {
