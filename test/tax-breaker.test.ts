@@ -91,11 +91,17 @@ t.test('the reconcile worker: its breaker holds the queue, no job lost, dead-let
   const owed = await pending()
   t.ok(owed >= 20, `compensated quotes to reconcile: ${owed}`)
   await fleet.setFaults({ mode: 'hang' })
+  const hungBefore = await providerCalls()
+  // Its own window (TAX_RECONCILE_BREAKER_*), left at the defaults: half of the last 6.
   const worker = await startWorker(t, db, ['tax-reconcile'], {
-    ...BREAKER, TAX_BREAKER_MIN_CALLS: '3', TAX_BREAKER_WINDOW_CALLS: '5', TAX_RECONCILE_PER_SECOND: '50',
+    ...BREAKER, TAX_RECONCILE_PER_SECOND: '50',
     TAX_DATABASE_URL: db.laneUrl('tax', env), TAX_PROVIDER_URL: fleet.sandbox.url,
   })
   t.ok(await eventually(async () => (await breakerOf(worker.url)).state !== 'closed', 15_000, 50), 'the worker\'s breaker opened on its hung calls')
+  // MaxWorkers (3) calls run at once, and no slot frees until it opens: one
+  // round of them. Under the lane's window here (5 calls at least) it took two.
+  const hung = await providerCalls() - hungBefore
+  t.equal(hung, 3, `it opened after one round of hung calls (${hung})`)
   // Held: the jobs it had claimed went back, the others were never claimed.
   t.ok(await eventually(async () => (await db.query("select 1 from jobs.jobs_hot where queue = 'tax-reconcile' and status = 'processing'")).length === 0, 10_000, 50), 'no reconcile job is running')
   const callsBefore = await providerCalls()

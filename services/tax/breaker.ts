@@ -17,17 +17,23 @@ export interface TaxBreakerConfig {
   TAX_BREAKER_HALF_OPEN_AFTER_MS: number
 }
 
+/** A setting and the variable it came from, for the one-line error. */
+interface Sized { value: number, name: string }
+
 /** The breaker, or undefined with TAX_BREAKER=off; a bad combination is ERR_CONFIG_INVALID, said in one line. */
-export function providerBreaker (cfg: TaxBreakerConfig, provider: Pool, onTransition: (t: BreakerTransition) => void, o: { halfOpenMaxMs?: number } = {}): DependencyBreaker | undefined {
+export function providerBreaker (cfg: TaxBreakerConfig, provider: Pool, onTransition: (t: BreakerTransition) => void, o: { halfOpenMaxMs?: number, window?: Sized, minCalls?: Sized } = {}): DependencyBreaker | undefined {
   if (cfg.TAX_BREAKER === 'off') return undefined
-  if (cfg.TAX_BREAKER_MIN_CALLS > cfg.TAX_BREAKER_WINDOW_CALLS) {
-    throw new AppError('ERR_CONFIG_INVALID', { detail: `invalid configuration: TAX_BREAKER_MIN_CALLS (${cfg.TAX_BREAKER_MIN_CALLS}) must not exceed TAX_BREAKER_WINDOW_CALLS (${cfg.TAX_BREAKER_WINDOW_CALLS})` })
+  // worker-tax passes a window of its own (TAX_RECONCILE_BREAKER_*).
+  const window = o.window ?? { value: cfg.TAX_BREAKER_WINDOW_CALLS, name: 'TAX_BREAKER_WINDOW_CALLS' }
+  const min = o.minCalls ?? { value: cfg.TAX_BREAKER_MIN_CALLS, name: 'TAX_BREAKER_MIN_CALLS' }
+  if (min.value > window.value) {
+    throw new AppError('ERR_CONFIG_INVALID', { detail: `invalid configuration: ${min.name} (${min.value}) must not exceed ${window.name} (${window.value})` })
   }
   return new DependencyBreaker({
     dependency: 'tax-provider',
     failureRate: cfg.TAX_BREAKER_FAILURE_RATE,
-    window: cfg.TAX_BREAKER_WINDOW_CALLS,
-    minimumCalls: cfg.TAX_BREAKER_MIN_CALLS,
+    window: window.value,
+    minimumCalls: min.value,
     slowCallMs: cfg.TAX_BREAKER_SLOW_CALL_MS,
     halfOpenAfterMs: cfg.TAX_BREAKER_HALF_OPEN_AFTER_MS,
     halfOpenMaxMs: o.halfOpenMaxMs,

@@ -41,5 +41,11 @@ export const TAX_RECONCILE_ENV = Type.Object({
   // A held reconcile queue can wait: each failed probe of worker-tax's breaker
   // doubles its wait up to this, so the provider gets fewer of them in a long outage.
   TAX_RECONCILE_PROBE_MAX_MS: Type.Integer({ default: 30_000, minimum: 10, maximum: 3_600_000 }),
+  // worker-tax's breaker weighs fewer calls than the lane's: at most MaxWorkers
+  // (3) reconcile calls run at once, and behind the lane's window of 20, full
+  // of answers from before a fault, a hung provider took ~12 slow calls from
+  // it before half of the window had failed. Half of the last 6 is one round.
+  TAX_RECONCILE_BREAKER_WINDOW_CALLS: Type.Integer({ default: 6, minimum: 1, maximum: 10_000 }),
+  TAX_RECONCILE_BREAKER_MIN_CALLS: Type.Integer({ default: 3, minimum: 1, maximum: 10_000 }),
   ...TAX_BREAKER_ENV,
 })

@@ -9,6 +9,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import readline from 'node:readline'
+import { WORKER_LANES } from '../../services/supervisor/config.ts'
 
 export interface LocalFleet {
   gatewayUrl: string
@@ -16,6 +17,8 @@ export interface LocalFleet {
   adminToken: string
   laneUrls: Record<'card-auth' | 'fraud' | 'tax', string>
   sandboxUrl: string
+  /** worker-tax, which runs tax-reconcile (its /status carries its provider breaker). */
+  workerTaxUrl: string
   apiKey: string
   databaseUrl: string
   demoCards: Array<{ token: string, currency: string, available: number }>
@@ -52,6 +55,7 @@ export async function startLocalFleet (opts: { dataDir: string, basePort: number
     ...creds,
     laneUrls: { 'card-auth': `http://127.0.0.1:${ports.CARD_AUTH_PORT}`, fraud: `http://127.0.0.1:${ports.FRAUD_PORT}`, tax: `http://127.0.0.1:${ports.TAX_PORT}` },
     sandboxUrl: `http://127.0.0.1:${ports.TAX_SANDBOX_PORT}`,
+    workerTaxUrl: `http://127.0.0.1:${ports.WORKER_PORT + WORKER_LANES.indexOf('tax')}`,
     pinned: pin,
     pinnedProcesses,
     pid: child.pid!,

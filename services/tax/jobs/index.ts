@@ -30,7 +30,11 @@ export function jobTypes (o: { log?: JobLog } = {}): JobType[] {
   // the jobs took a quarter of the core (worker, its backends, the provider) and
   // kept the lane they reconcile saturated, compensating, making more jobs.
   const paced = pThrottle({ limit: 1, interval: 1000 / cfg.TAX_RECONCILE_PER_SECOND })(() => undefined)
-  const breaker = providerBreaker(cfg, provider, t => { logTransition(o.log ?? SILENT, t) }, { halfOpenMaxMs: cfg.TAX_RECONCILE_PROBE_MAX_MS })
+  const breaker = providerBreaker(cfg, provider, t => { logTransition(o.log ?? SILENT, t) }, {
+    halfOpenMaxMs: cfg.TAX_RECONCILE_PROBE_MAX_MS,
+    window: { value: cfg.TAX_RECONCILE_BREAKER_WINDOW_CALLS, name: 'TAX_RECONCILE_BREAKER_WINDOW_CALLS' },
+    minCalls: { value: cfg.TAX_RECONCILE_BREAKER_MIN_CALLS, name: 'TAX_RECONCILE_BREAKER_MIN_CALLS' },
+  })
   return [{
   type: JOB_NAMES.taxReconcile,
   lane: 'tax',

@@ -109,7 +109,7 @@ const outDir = path.resolve(a.out!)
 const runId = crypto.randomBytes(4).toString('hex')
 
 // ---- the fleet ------------------------------------------------------------
-interface Target { gatewayUrl: string, deckUrl: string, apiKey: string, adminToken: string, databaseUrl: string, sandboxUrl?: string, stop (): Promise<void>, pinned: string | undefined, pinnedProcesses: number, own: boolean, pid?: number }
+interface Target { gatewayUrl: string, deckUrl: string, apiKey: string, adminToken: string, databaseUrl: string, sandboxUrl?: string, workerTaxUrl?: string, stop (): Promise<void>, pinned: string | undefined, pinnedProcesses: number, own: boolean, pid?: number }
 async function fleetUnderTest (): Promise<Target> {
   if (a.gateway) {
     const need = ['API_KEY', 'ADMIN_TOKEN', 'DATABASE_URL'].filter(k => !process.env[k])
@@ -349,18 +349,27 @@ async function main (): Promise<number> {
       return [...text.matchAll(/^sandbox_quotes_total\{[^}]*\} (\S+)$/gm)].reduce((n, m) => n + Number(m[1]), 0)
     }
     const callsAt: Array<number | null> = []
+    // worker-tax's own probes of the provider (its breaker's, from its /status).
+    const workerProbes = async (): Promise<number | null> => {
+      if (!fleet.workerTaxUrl) return null
+      const s = await (await fetch(`${fleet.workerTaxUrl}/status`)).json() as { breakers?: Array<{ probes: number }> }
+      return s.breakers?.[0]?.probes ?? null
+    }
+    const workerProbesAt: Array<number | null> = []
     // CPU of every process and of the machine at the load's start, the fault's
     // start and end, and the load's end: what each phase used, in cores.
     const cpuMarks: CpuMark[] = [await cpuMark(fleet.pid, db)]
     const fault = (async () => {
       await sleep(faultFrom * 1000 - (performance.now() - t0))
       callsAt.push(await providerCalls())
+      workerProbesAt.push(await workerProbes())
       await setFault(true); faultMarks.setAt = at()
       cpuMarks.push(await cpuMark(fleet.pid, db))
       console.log(`  fault on at ${faultMarks.setAt.toFixed(1)} s`)
       await sleep(faultTo * 1000 - (performance.now() - t0))
       await setFault(false); faultMarks.clearedAt = at(); faultMarks.clearedWall = Date.now()
       callsAt.push(await providerCalls())
+      workerProbesAt.push(await workerProbes())
       cpuMarks.push(await cpuMark(fleet.pid, db))
       console.log(`  fault off at ${faultMarks.clearedAt.toFixed(1)} s`)
     })()
@@ -408,6 +417,7 @@ async function main (): Promise<number> {
       providerCallsInFault: typeof callsAt[0] === 'number' && typeof callsAt[1] === 'number' ? callsAt[1] - callsAt[0] : null,
       closedAfterHealMs: closedAgain ? closedAgain.answeredAt - faultMarks.clearedWall : null,
       laneProbesInFault: laneProbes !== null ? laneProbes - (probesAt(faultSetWall) ?? 0) : null,
+      workerProbesInFault: typeof workerProbesAt[0] === 'number' && typeof workerProbesAt[1] === 'number' ? workerProbesAt[1] - workerProbesAt[0] : null,
     }
     // Why the deck saw a lane down, per lane: `timeout` (it did not answer its
     // status poll within the deck's deadline), `refused`, `http 503`, ...
@@ -532,7 +542,7 @@ async function main (): Promise<number> {
     console.log('\n| card-auth | requests | p50 ms | p99 ms | max ms |\n|---|---|---|---|---|')
     console.log([row('baseline', q(cardH.baseline)), row('fault', q(cardH.fault)), row('recovery', q(cardH.recovery))].join('\n'))
     console.log(`\ncard answers ${JSON.stringify(report.card.answers)}; tax answers ${JSON.stringify(taxCodes)}`)
-    console.log(`tax during the fault: p50 ${breaker.taxInFault.p50Ms} ms, p99 ${breaker.taxInFault.p99Ms} ms (${breaker.taxInFault.count} answers); provider calls in the fault ${breaker.providerCallsInFault ?? 'n/a'} (the lane's probes ${breaker.laneProbesInFault ?? 'n/a'}); ` +
+    console.log(`tax during the fault: p50 ${breaker.taxInFault.p50Ms} ms, p99 ${breaker.taxInFault.p99Ms} ms (${breaker.taxInFault.count} answers); provider calls in the fault ${breaker.providerCallsInFault ?? 'n/a'} (the lane's probes ${breaker.laneProbesInFault ?? 'n/a'}, worker-tax's ${breaker.workerProbesInFault ?? 'n/a'}); ` +
       `provider breaker ${breaker.opened ? `opened, closed ${breaker.closedAfterHealMs === null ? 'never seen' : `${Math.round(breaker.closedAfterHealMs)} ms`} after the heal` : 'never seen open'}`)
     console.log(`retrying client: ${storms.sent} sent, ${storms.blocked} blocked at the gateway, at most ${figures.storm.maxReachedPerKey} per key reached the lane`)
     console.log(`fleet RSS (${rss.processes} Node processes): before ${rss.beforeMb} MB, peak during ${rss.duringPeakMb} MB, after ${rss.afterMb} MB`)
