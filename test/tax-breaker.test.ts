@@ -92,7 +92,7 @@ t.test('the reconcile worker: its breaker holds the queue, no job lost, dead-let
   t.ok(owed >= 20, `compensated quotes to reconcile: ${owed}`)
   await fleet.setFaults({ mode: 'hang' })
   const hungBefore = await providerCalls()
-  // Its own window (TAX_RECONCILE_BREAKER_*), left at the defaults: half of the last 6.
+  // Its own window (TAX_RECONCILE_BREAKER_*), left at the defaults: more than half of the last 5.
   const worker = await startWorker(t, db, ['tax-reconcile'], {
     ...BREAKER, TAX_RECONCILE_PER_SECOND: '50',
     TAX_DATABASE_URL: db.laneUrl('tax', env), TAX_PROVIDER_URL: fleet.sandbox.url,

@@ -44,8 +44,9 @@ export const TAX_RECONCILE_ENV = Type.Object({
   // worker-tax's breaker weighs fewer calls than the lane's: at most MaxWorkers
   // (3) reconcile calls run at once, and behind the lane's window of 20, full
   // of answers from before a fault, a hung provider took ~12 slow calls from
-  // it before half of the window had failed. Half of the last 6 is one round.
-  TAX_RECONCILE_BREAKER_WINDOW_CALLS: Type.Integer({ default: 6, minimum: 1, maximum: 10_000 }),
+  // it before more than half of the window had failed. 3 of the last 5 is one
+  // round of them (of 6, 3 is not more than half: it took two rounds).
+  TAX_RECONCILE_BREAKER_WINDOW_CALLS: Type.Integer({ default: 5, minimum: 1, maximum: 10_000 }),
   TAX_RECONCILE_BREAKER_MIN_CALLS: Type.Integer({ default: 3, minimum: 1, maximum: 10_000 }),
   ...TAX_BREAKER_ENV,
 })
