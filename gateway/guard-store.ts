@@ -70,8 +70,9 @@ const OVER_BUDGET = new StoreUnavailable('no answer within the decision budget')
 const SEEN_WINDOWS = 10
 /** The longest a plain release waits for a decision to ride on (ms). */
 const RELEASE_WAIT_MS = 20
-/** Releases carried by one decision at most, and sent in one call of their own at most. */
+/** Releases carried by one decision at most. */
 const FOLD_MAX = 16
+/** Releases sent in one call of their own at most; this many waiting are sent at once. */
 const FLUSH_MAX = 128
 
 // One answered attempt: its hold released as of `ago` ms before the script runs,
@@ -288,13 +289,12 @@ export class RedisGuardStore {
     if (this.#breaker.state !== CircuitState.Closed) throw OUT
     const l = this.#limits
     const k = this.#keys(client, key ?? '')
-    const riding = this.#releases.length > 0 ? this.#releases.splice(0, FOLD_MAX) : undefined
     const keys = [`${this.#prefix}rate:${client}`, `${this.#prefix}win:${client}`, k.seen, k.log, `${this.#prefix}dec:${id}`]
     const args: Array<string | number> = [
       id, key === undefined ? 0 : 1, l.windowMs, l.perKeyAttempts, l.holdMs, l.budgetRatio, l.budgetFloor,
       l.clientRateMax, l.clientRateWindowMs, l.windowMs * SEEN_WINDOWS,
     ]
-    if (riding) addReleases(riding, keys, args)
+    addReleases(this.#releases.splice(0, FOLD_MAX), keys, args)
     try {
       const [v, ttlMs, allowed] = await this.#breaker.execute(() => this.#withinBudget(this.#redis.wtDecide(keys.length, ...keys, ...args)))
       return { verdict: VERDICTS[v] ?? 'ok', ttlMs, allowed }

@@ -18,10 +18,10 @@ export interface TaxBreakerConfig {
 }
 
 /** A setting and the variable it came from, for the one-line error. */
-interface Sized { value: number, name: string }
+interface NamedSetting { value: number, name: string }
 
 /** The breaker, or undefined with TAX_BREAKER=off; a bad combination is ERR_CONFIG_INVALID, said in one line. */
-export function providerBreaker (cfg: TaxBreakerConfig, provider: Pool, onTransition: (t: BreakerTransition) => void, o: { halfOpenMaxMs?: number, window?: Sized, minCalls?: Sized } = {}): DependencyBreaker | undefined {
+export function providerBreaker (cfg: TaxBreakerConfig, provider: Pool, onTransition: (t: BreakerTransition) => void, o: { halfOpenMaxMs?: number, window?: NamedSetting, minCalls?: NamedSetting } = {}): DependencyBreaker | undefined {
   if (cfg.TAX_BREAKER === 'off') return undefined
   // worker-tax passes a window of its own (TAX_RECONCILE_BREAKER_*).
   const window = o.window ?? { value: cfg.TAX_BREAKER_WINDOW_CALLS, name: 'TAX_BREAKER_WINDOW_CALLS' }

@@ -356,6 +356,8 @@ async function main (): Promise<number> {
       return s.breakers?.[0]?.probes ?? null
     }
     const workerProbesAt: Array<number | null> = []
+    /** What a counter read at the fault's start and end moved by (null if either was not read). */
+    const inFault = (at: Array<number | null>): number | null => typeof at[0] === 'number' && typeof at[1] === 'number' ? at[1] - at[0] : null
     // CPU of every process and of the machine at the load's start, the fault's
     // start and end, and the load's end: what each phase used, in cores.
     const cpuMarks: CpuMark[] = [await cpuMark(fleet.pid, db)]
@@ -414,10 +416,10 @@ async function main (): Promise<number> {
     const breaker = {
       opened: taxSamples.some(s => s.s >= faultFrom && s.breaker !== null && s.breaker !== 'closed'),
       taxInFault: q(taxFaultH),
-      providerCallsInFault: typeof callsAt[0] === 'number' && typeof callsAt[1] === 'number' ? callsAt[1] - callsAt[0] : null,
+      providerCallsInFault: inFault(callsAt),
       closedAfterHealMs: closedAgain ? closedAgain.answeredAt - faultMarks.clearedWall : null,
       laneProbesInFault: laneProbes !== null ? laneProbes - (probesAt(faultSetWall) ?? 0) : null,
-      workerProbesInFault: typeof workerProbesAt[0] === 'number' && typeof workerProbesAt[1] === 'number' ? workerProbesAt[1] - workerProbesAt[0] : null,
+      workerProbesInFault: inFault(workerProbesAt),
     }
     // Why the deck saw a lane down, per lane: `timeout` (it did not answer its
     // status poll within the deck's deadline), `refused`, `http 503`, ...
