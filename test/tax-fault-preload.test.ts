@@ -44,15 +44,18 @@ async function cpuFor (p: ChildProcess, url: string, n: number): Promise<number>
   for (let i = 0; i < n; i++) t.equal((await call(`${url}/v1/tax/quotes`, { json: {} })).status, 200)
   return (cpuUs(p.pid!)! - before) / 1000
 }
-const applied = (): Promise<void> => new Promise(r => setTimeout(r, 500)) // the preload polls every 100 ms
+/** Until the process has applied the last switch (the preload polls every 100 ms and acknowledges). */
+async function applied (p: ChildProcess): Promise<void> {
+  if (!await eventually(async () => faults.seenBy(p.pid!), 20_000)) throw new Error('the preload never applied the switch')
+}
 
 t.test('cpu: only the tax app\'s quotes spin, and only while the fault is on', async t => {
   const s = await start()
   const n = 20 // 20 × 50 ms of CPU = 1,000 ms when on
-  faults.set('cpu'); await applied()
+  faults.set('cpu'); await applied(s.proc)
   const taxOn = await cpuFor(s.proc, s.tax, n)
   const gwOn = await cpuFor(s.proc, s.gw, n)
-  faults.set('none'); await applied()
+  faults.set('none'); await applied(s.proc)
   const taxOff = await cpuFor(s.proc, s.tax, n)
   t.comment(`CPU for ${n} quotes: tax with the fault ${taxOn} ms, the gateway-like app ${gwOn} ms, tax with the fault off ${taxOff} ms`)
   t.ok(taxOn >= 500, 'with the fault on, tax quotes burn CPU')
@@ -62,20 +65,25 @@ t.test('cpu: only the tax app\'s quotes spin, and only while the fault is on', a
 
 t.test('loop-block: the idle process stalls its loop while the fault is on, not after', async t => {
   const s = await start()
-  const idle = async (): Promise<number> => { const b = cpuUs(s.proc.pid!)!; await new Promise(r => setTimeout(r, 3_000)); return (cpuUs(s.proc.pid!)! - b) / 1000 }
-  faults.set('loop-block'); await applied() // 300 ms of busy stall every second
-  const on = await idle()
-  faults.set('none'); await applied()
-  const off = await idle()
-  t.comment(`CPU in 3 s idle: ${on} ms with the fault, ${off} ms without`)
-  t.ok(on >= 250, 'a stall burns CPU with nothing to serve')
+  const cpuMs = (): number => cpuUs(s.proc.pid!)! / 1000
+  // A stall is 300 ms of CPU every second: two of them are 600 ms, however
+  // long a busy machine takes to give them.
+  faults.set('loop-block'); await applied(s.proc)
+  const from = cpuMs()
+  t.ok(await eventually(async () => cpuMs() - from >= 600, 60_000, 100), 'stalls burn CPU with nothing to serve')
+  faults.set('none'); await applied(s.proc)
+  const b = cpuMs()
+  await new Promise(r => setTimeout(r, 3_000)) // a window of idle time to measure, not a wait for a condition
+  const off = cpuMs() - b
+  t.comment(`CPU in 3 s idle after the fault: ${off} ms`)
   t.ok(off < 250, 'none after the fault is off')
   s.proc.kill('SIGKILL')
 })
 
 t.test('memory: tax quotes pile up on the heap until the process dies at its limit', async t => {
-  faults.set('memory'); await applied()
+  faults.set('memory')
   const s = await start(64)
+  await applied(s.proc)
   for (let i = 0; i < 100 && s.proc.exitCode === null && s.proc.signalCode === null; i++) await call(`${s.tax}/v1/tax/quotes`, { json: {} }).catch(() => {})
   const e = await exited(s.proc)
   t.ok(e.signal === 'SIGABRT' || e.code === 134, `died of its heap limit (${e.signal ?? e.code})`)
@@ -88,7 +96,7 @@ t.test('crash: a process started before the switch dies once; one started after 
   faults.set('crash')
   t.same(await exited(first.proc), { code: null, signal: 'SIGKILL' }, 'killed')
   const second = await start()
-  await applied()
+  await applied(second.proc)
   t.equal((await call(`${second.tax}/v1/tax/quotes`, { json: {} })).status, 200, 'the restarted process answers with the fault still on')
   t.ok(await eventually(async () => second.proc.exitCode === null && second.proc.signalCode === null), 'and stays up')
   faults.set('none')

@@ -35,9 +35,17 @@ export class FaultSwitch {
   /** env for the process(es) started with the preload. */
   get env (): Record<string, string> { return { [FAULT_FILE_ENV]: this.file } }
 
+  #text = ''
+
   set (fault: CodeFault | 'none'): void {
     const c: FaultControl = { fault, since: Date.now(), ...this.params }
-    fs.writeFileSync(`${this.file}.tmp`, JSON.stringify(c))
+    this.#text = JSON.stringify(c)
+    fs.writeFileSync(`${this.file}.tmp`, this.#text)
     fs.renameSync(`${this.file}.tmp`, this.file)
+  }
+
+  /** Whether the process `pid` has applied the last `set` (the preload's acknowledgement). */
+  seenBy (pid: number): boolean {
+    try { return fs.readFileSync(`${this.file}.seen-${pid}`, 'utf8') === this.#text } catch { return false }
   }
 }

@@ -3,10 +3,11 @@
 // the one process that runs tax code (the tax lane in the fleet, the whole
 // monolith in topologies A and B); everything else gets nothing. It does
 // nothing until the control file named by WATERTIGHT_FAULT_FILE (polled every
-// 100 ms) says which fault is on:
+// 100 ms) says which fault is on. Each process acknowledges the control it has
+// applied in `<file>.seen-<pid>`, so a test waits on that, not on a sleep.
 //
 //   cpu         each tax request spins the CPU for `cpuMs` of CPU time before its handler
-//   loop-block  the event loop is stalled for `blockMs` every `blockEveryMs`
+//   loop-block  the event loop is stalled for `blockMs` of CPU time every `blockEveryMs`
 //   memory      each tax request keeps `retainMb` MB on the JS heap, for good,
 //               until the process hits its heap limit (--max-old-space-size) and dies
 //   crash       a process started before `since` kills itself with SIGKILL (once:
@@ -53,17 +54,21 @@ function isTaxRequest (req: FastifyRequest, route: { url?: string, method?: stri
 function apply (): void {
   if (control.fault === 'crash' && startedAt < control.since) process.kill(process.pid, 'SIGKILL')
   if (control.fault === 'loop-block' && Date.now() - lastBlock >= control.blockEveryMs) {
-    const until = performance.now() + control.blockMs
-    while (performance.now() < until) { /* the stall */ }
+    // A stall is synchronous work: CPU time, so a busy machine stretches it
+    // rather than shrinking it to nothing.
+    spinCpu(control.blockMs)
     lastBlock = Date.now()
   }
 }
 
 if (file) {
+  let acked = ''
   const read = (): void => {
     fs.readFile(file, 'utf8', (err, text) => {
-      if (!err) { try { control = { ...control, ...JSON.parse(text) as Partial<FaultControl> } } catch { /* a half-written file: next poll */ } }
+      let fresh = false
+      if (!err) { try { control = { ...control, ...JSON.parse(text) as Partial<FaultControl> }; fresh = text !== acked } catch { /* a half-written file: next poll */ } }
       apply()
+      if (fresh) { acked = text; fs.writeFile(`${file}.seen-${process.pid}`, text, () => {}) }
     })
   }
   read()

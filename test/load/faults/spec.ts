@@ -13,7 +13,7 @@ export interface FaultControl {
   since: number
   /** cpu: CPU time spun per tax request. */
   cpuMs: number
-  /** loop-block: one synchronous stall of this long… */
+  /** loop-block: one synchronous stall of this much CPU time… */
   blockMs: number
   /** …every this often. */
   blockEveryMs: number
