@@ -1,6 +1,7 @@
 // The gateway's environment, validated at boot (main.ts); docs/operations.md
 // "Gateway" lists it, held to it by test/config-docs.test.ts.
 import { Type } from 'typebox'
+import { PRESSURE_SCHEMA_PROPERTIES as PRESSURE } from '../shared/pressure-config.ts'
 import { RETRY_GUARD_DEFAULTS } from './retry-guard.ts'
 import { BALANCING_DEFAULTS } from './upstreams.ts'
 
@@ -23,9 +24,12 @@ export const GATEWAY_ENV = Type.Object({
   GATEWAY_WARM_UP_REQUESTS: Type.Integer({ default: 2_000, minimum: 0, maximum: 100_000 }),
   // How long the warm-up waits for a ready card-auth replica before the gateway turns ready cold.
   GATEWAY_WARM_UP_WAIT_MS: Type.Integer({ default: 30_000, minimum: 0, maximum: 600_000 }),
+  // Every process's under-pressure limits (shared/pressure-config.ts), but the
+  // gateway queues for every lane: it sheds on a shorter event-loop delay, and
+  // that check cannot be turned off.
   GATEWAY_PRESSURE_MAX_EVENT_LOOP_DELAY_MS: Type.Integer({ default: 500, minimum: 10, maximum: 600_000 }),
-  GATEWAY_PRESSURE_MAX_HEAP_BYTES: Type.Integer({ default: 1_536 * 1024 * 1024, minimum: 0, maximum: 2 ** 48 }),
-  GATEWAY_PRESSURE_MAX_RSS_BYTES: Type.Integer({ default: 2_048 * 1024 * 1024, minimum: 0, maximum: 2 ** 48 }),
+  GATEWAY_PRESSURE_MAX_HEAP_BYTES: PRESSURE.PRESSURE_MAX_HEAP_BYTES,
+  GATEWAY_PRESSURE_MAX_RSS_BYTES: PRESSURE.PRESSURE_MAX_RSS_BYTES,
   // The retry guard's counters in Redis, shared by every gateway replica (gateway/guard-store.ts); empty: in this process only.
   REDIS_URL: Type.String({ default: '', pattern: '^(rediss?://.+)?$' }),
   // The most a request waits on that store before this replica decides alone (ms).

@@ -175,8 +175,8 @@ return 1
  * STALL_MS or more ago: the store has stopped answering within the budget.
  * Not on a count alone: under load the decisions in flight during one short
  * stall of a busy host all miss their budget together, and a plain "3 in a
- * row" opened every few seconds at 1,400/s and sent half of the decisions
- * local for a second each time (npm run bench:cost -- --redis).
+ * row" opens every few seconds under load and sends a large share of the
+ * decisions local each time (npm run bench:cost -- --redis).
  */
 export class StallBreaker implements IBreaker {
   state = { failures: 0, since: 0 }

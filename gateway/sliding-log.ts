@@ -19,8 +19,7 @@
 // from its admission until its answer, and its 10 s run from the answer, not
 // from the admission. Counted from admission only, an attempt admitted at 0 that
 // reached a backed-up lane at 3 s and a fifth admitted at 10 s put five attempts
-// of one key into the lane within 7 s (the drill at 1,400 authorizations/s saw
-// 5 per key per 10 s at the client). A held entry is `now + holdMs` (the longest
+// of one key into the lane within 7 s. A held entry is `now + holdMs` (the longest
 // the attempt can be in flight), so a release that never comes (a path that sends
 // no answer) costs the key one window after that, not forever.
 //
@@ -35,9 +34,8 @@
 // Both drop from the Map's head in batches, not one key per call: V8 leaves a
 // deleted entry as a hole until the table is next rebuilt, and every new
 // iterator steps over the holes at the head, so taking the first key once per
-// call costs time in proportion to the keys dropped since (29 µs a call on a
-// full 200,000-key Map, against 1.1 µs dropping 1% at once; in the drill at
-// 1,400 authorizations/s the sweep grew to 7% of the gateway's CPU).
+// call costs time in proportion to the keys dropped since, and on a full Map
+// under load the sweep becomes a visible share of the gateway's CPU.
 import { performance } from 'node:perf_hooks'
 
 export interface SlidingLogOptions {

@@ -1,9 +1,9 @@
 // The gateway is ready only once warm: before it reports ready, it sends its
 // own listener card authorizations through the whole data-plane path (auth,
 // retry guard, body, PAN check, schema, proxy, the lane's writer) until V8 has
-// compiled it. A fleet that starts cold and takes 1,400 authorizations/s at
-// once otherwise spends its first seconds at ~2x the CPU per request, fills
-// the cores and sheds (npm run bench:slow-start, docs/benchmarks.md).
+// compiled it. A fleet that starts cold and takes full load at once otherwise
+// spends its first seconds at a much higher CPU cost per request, fills the
+// cores and sheds (npm run bench:slow-start, docs/benchmarks.md).
 //
 // Nothing of it is a payment: the warm-up's requests carry a key made for it
 // (random, in this process's memory only, forgotten when the warm-up ends), so
@@ -11,6 +11,7 @@
 // which card-auth's writer runs in a transaction it rolls back; and they are
 // left out of the gateway's and the lane's request metrics.
 import crypto from 'node:crypto'
+import { setTimeout as sleep } from 'node:timers/promises'
 import type { FastifyRequest } from 'fastify'
 import { hashKey } from '../shared/api-keys.ts'
 import { createOriginPool } from '../shared/lane-kit/http.ts'
@@ -78,7 +79,7 @@ export class GatewayWarmUp {
     const t0 = performance.now()
     const statuses: Record<number, number> = {}
     try {
-      while (!o.cardAuthReady() && performance.now() - t0 < o.waitMs) await new Promise(resolve => setTimeout(resolve, 100))
+      while (!o.cardAuthReady() && performance.now() - t0 < o.waitMs) await sleep(100)
       if (!o.cardAuthReady()) {
         o.log.warn({ waitedMs: o.waitMs }, 'warm-up skipped: no card-auth replica ready; ready cold')
         return

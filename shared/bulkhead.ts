@@ -265,8 +265,8 @@ export class Bulkhead {
 
   // A tenant with nothing in flight is marked idle, not deleted: V8's Map keeps
   // a deleted entry in its key's hash chain until the table is rebuilt, so one
-  // merchant entering and leaving a map of 10,000 made each lookup of it walk
-  // thousands of dead entries (tens of µs). Idle ones are swept together once
+  // merchant entering and leaving a large map makes each lookup of it walk
+  // thousands of dead entries. Idle ones are swept together once
   // they outnumber the live ones, so memory stays within twice what is in flight.
   #tidy (t: Tenant): void {
     if (t.queue.length === 0) this.#ready.delete(t.name)

@@ -1,7 +1,7 @@
 // Why a piece of work must stop, as a plain list of callbacks. A lane gives every
 // request one (its deadline, its client gone, its end); an AbortController there
-// cost card-auth ~6% of its CPU at 1,400 req/s (an EventTarget per request and an
-// Event dispatched at every end, node 20 CPU profile). The lane's own machinery
+// costs a busy lane a visible share of its CPU (an EventTarget per request and an
+// Event dispatched at every end). The lane's own machinery
 // (admission, the execution's connections, the group-commit write) listens here,
 // and an AbortSignal is made only for code that asks for one (a provider call).
 

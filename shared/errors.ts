@@ -1,7 +1,10 @@
 // The one error registry of the fleet. Every error a client, an operator or a
 // tool can see has a stable ERR_* code here; docs/api.md's error table lists the same codes
 // and test/error-registry-docs.test.ts fails when the two drift apart.
-// Branch on `code`, never on `instanceof`.
+// Recognise these with isAppError() and branch on their `code`, never on
+// `instanceof AppError`: the code is what clients and the docs hold us to.
+// Internal errors that never leave a process (BulkheadRejected, PoolReplaced,
+// StoreUnavailable) are not in the registry and are matched by class.
 
 export interface ErrorSpec {
   readonly status: number

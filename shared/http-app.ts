@@ -24,18 +24,17 @@ export interface DrainBounds { maxBytes: number, maxMs: number, lingerMs: number
 
 /**
  * An answer sent before the request body is in (413 on Content-Length, 401, 429,
- * 415, ...) waits until the rest of the body has been read and thrown away, at
- * most 8 MiB or 5 s. Without this, Node closes the socket right after the answer
- * while the client is still sending; the kernel then resets the connection (a
- * close with unread data sends RST) and the client can lose the answer: undici
- * fetch with a streamed 3 MB body saw EPIPE instead of the 413 in 19 of 20
- * tries. Past either bound the answer goes with `Connection: close`, and the
- * close lingers: the answer and a FIN go first, and the socket is destroyed
- * `lingerMs` (1 s) later, reading nothing more (lingerAfter), so a client still
- * sending gets to read the answer first (an endless body sent flat out lost its
- * 413 when the socket was destroyed right after it: 19 of 30 tries in a loop,
- * and once in CI). A client sending a huge or endless body holds the socket for
- * 6 s at most after its headers.
+ * 415, ...) waits until the rest of the body has been read and thrown away, up to
+ * `maxBytes` or `maxMs`. Without this, Node closes the socket right after the
+ * answer while the client is still sending; the kernel then resets the
+ * connection (a close with unread data sends RST) and the client can lose the
+ * answer (undici fetch with a streamed body gets EPIPE instead of the 413).
+ * Past either bound the answer goes with `Connection: close`, and the close
+ * lingers: the answer and a FIN go first, and the socket is destroyed `lingerMs`
+ * later, reading nothing more (lingerAfter), so a client still sending gets to
+ * read the answer first, which a socket destroyed at once does not guarantee.
+ * A client sending a huge or endless body holds the socket for `maxMs +
+ * lingerMs` at most after its headers.
  */
 export const DRAIN_DEFAULTS: Readonly<DrainBounds> = Object.freeze({ maxBytes: 8 * 1024 * 1024, maxMs: 5_000, lingerMs: 1_000 })
 
@@ -64,8 +63,8 @@ export function createHttpApp (opts: HttpAppOptions = {}): FastifyInstance {
       socket.end(`HTTP/1.1 ${appErr.status} ${appErr.status === 431 ? 'Request Header Fields Too Large' : 'Bad Request'}\r\ncontent-type: application/problem+json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`)
     },
     forceCloseConnections: opts.forceCloseConnections ?? 'idle',
-    // Fastify logs two info lines per request: at 1,400 req/s that is most of a
-    // lane's logging CPU, and at idle the health checks alone were 14 lines/s.
+    // Fastify logs two info lines per request: under load that is most of a
+    // lane's logging CPU, and at idle the health checks alone flood the log.
     // One line per request at debug instead (below), none for health and metrics.
     logController: new LogController({ disableRequestLogging: true }),
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false, allErrors: false, useDefaults: true } },

@@ -1,22 +1,20 @@
 // Giving memory back at idle. V8 grows a process's young generation (two
-// semi-spaces) up to 16 MB each while it allocates fast, as every process does
-// while it loads and under load, and shrinks it again only in a full garbage
-// collection at a low allocation rate. A process that goes idle collects
-// nothing, and V8's own memory reducer starts only after a collection that
-// happened to shrink the heap: so some idle processes kept ~32 MB they no
-// longer used, resident, for as long as they stayed idle, and some did not
-// (docs/benchmarks.md, "Memory at idle").
+// semi-spaces) while it allocates fast, as every process does while it loads
+// and under load, and shrinks it again only in a full garbage collection at a
+// low allocation rate. A process that goes idle collects nothing, and V8's own
+// memory reducer starts only after a collection that happened to shrink the
+// heap, so an idle process can keep memory it no longer uses, resident, for as
+// long as it stays idle (docs/benchmarks.md, "Memory at idle").
 //
 // So each long-running process checks its event loop every `idleMs`: after a
 // whole window under `maxUtilization` busy, with a young generation grown past
-// its initial size, it runs one full collection. V8 then shrinks the young
-// generation. A full collection compacts only part of the old generation's pages
-// it emptied (heap committed 92 -> 51 -> 21 MB over successive ones, for 15 MB
-// used), so while the heap commits more than 8 MB over what it uses, and the last
-// collection made it smaller, the check runs one more per idle window. Each pause
-// (5–20 ms measured after start-up, 40–75 ms after a load) falls where there is
-// nothing to delay; under load the check never fires. A collection that gave
-// nothing back waits twice as long before the next try (up to ten minutes).
+// its initial size, it runs one full collection, and V8 shrinks the young
+// generation. A full collection compacts only part of the old generation's
+// pages it emptied, so while the heap commits SLACK_BYTES more than it uses and
+// the last collection made it smaller, the check runs one more per idle window.
+// Each pause falls where there is nothing to delay; under load the check never
+// fires. A collection that gave nothing back waits twice as long before the
+// next try (up to MAX_BACKOFF_MS).
 import { performance } from 'node:perf_hooks'
 import v8 from 'node:v8'
 import vm from 'node:vm'
@@ -46,12 +44,11 @@ export const idleTrimStats = { collections: 0, pauseSeconds: 0, freedBytes: 0 }
  * collection depends on V8:
  * - V8 12+ (Node 22, 24): `{ type: 'major', execution: 'sync' }`;
  * - V8 11 (Node 20): `gc()` with no argument. There the options object runs a
- *   young collection whatever `type` says (heap used 62 -> 61 MB where `gc()`
- *   gives 62 -> 9), so on Node 20 the old generation was never collected.
+ *   young collection whatever `type` says, so the old generation would never
+ *   be collected.
  * Not used: V8 12's `flavor: 'last-resort'`, which also compacts the old
- * generation and unmaps what it freed (400,000 objects, 90% dropped: RSS 125 ->
- * 60 MB, where a major collection kept 125), at a pause of 60-150 ms measured
- * against 15-40 ms: too long for a lane that may be answering a request.
+ * generation and unmaps what it freed, at a pause several times a major
+ * collection's: too long for a lane that may be answering a request.
  */
 function exposeGc (): { trim: () => void, compact: () => void } | undefined {
   v8.setFlagsFromString('--expose-gc')

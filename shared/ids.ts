@@ -6,8 +6,8 @@
 // shared buffers made most inserts read a leaf page back from the OS and write a
 // full-page image of it to the WAL after each checkpoint.
 // The random part comes from crypto.randomUUID (Node's batched entropy), whose
-// first 48 bits and version nibble are replaced: about 0.6 µs an id here, where
-// the `uuid` package's v7 (a getRandomValues call per id) took about 5 µs on Node 20.
+// first 48 bits and version nibble are replaced: several times cheaper than the
+// `uuid` package's v7, which makes a getRandomValues call per id.
 import crypto from 'node:crypto'
 
 /** A new UUIDv7: `tttttttt-tttt-7rrr-vrrr-rrrrrrrrrrrr`. */

@@ -1,22 +1,12 @@
-// Retries with backoff, dead-lettering (max attempts, fatal), requeue from the
-// dead letters, and enqueue idempotency; nothing left in jobs_hot that should
-// have moved.
+// Retries with backoff (the delays themselves: test/backoff.test.ts),
+// dead-lettering (max attempts, fatal), requeue from the dead letters, and
+// enqueue idempotency; nothing left in jobs_hot that should have moved.
 import t from 'tap'
 import { listDead, requeueDead } from '../shared/queue/admin.ts'
-import { backoffMs } from '../shared/queue/backoff.ts'
 import { enqueue } from '../shared/queue/enqueue.ts'
 import { testDatabase } from './helpers/db.ts'
 import { call, eventually } from './helpers/http.ts'
 import { counts, createQueue, startWorker } from './helpers/queue.ts'
-
-t.test('backoff grows exponentially, is capped and jittered', async t => {
-  t.equal(backoffMs(1, { baseMs: 100, random: () => 0 }), 50)
-  t.equal(backoffMs(1, { baseMs: 100, random: () => 1 }), 100)
-  t.equal(backoffMs(4, { baseMs: 100, random: () => 1 }), 800)
-  t.equal(backoffMs(30, { baseMs: 100, capMs: 5_000, random: () => 1 }), 5_000, 'capped')
-  const spread = new Set(Array.from({ length: 50 }, () => backoffMs(3, { baseMs: 100 })))
-  t.ok(spread.size > 10, 'jittered')
-})
 
 const db = await testDatabase(t)
 await createQueue(db, 'retry-q', null)

@@ -1,8 +1,7 @@
 // CPU priorities for the database's work too (docs/operations.md, "CPU
 // priorities"). The embedded server's backends are the postmaster's children,
 // all at nice 0, so a tax quote's SQL competed with card-auth's at P0 on a shared
-// core (in the drill at the spec's rates the tax and jobs roles' backends used
-// 0.15-0.2 of a core). Every `everyMs` the supervisor reads which backend serves
+// core. Every `everyMs` the supervisor reads which backend serves
 // which role (pg_stat_activity) and sets each backend of a lower-priority role to
 // that role's nice: on the backend's process alone, with setpriority. The
 // backends share the postmaster's session, so its autogroup (whose nice would

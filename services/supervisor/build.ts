@@ -1,9 +1,8 @@
 // The fleet's processes run as compiled JavaScript, bundled (deploy/bundle.mjs),
 // the same files the container image runs (deploy/build-dist.sh), never under a
-// TypeScript loader: a loader adds a hooks thread and ~40 MB to every process
-// (gateway: 165 MB RSS under tsx, 121 MB compiled; start-up CPU 3.2 s -> 1.6 s),
-// and a process that must exit when its supervisor is gone must not depend on
-// that thread to do it.
+// TypeScript loader: a loader adds a hooks thread and its memory to every
+// process and slows its start-up, and a process that must exit when its
+// supervisor is gone must not depend on that thread to do it.
 // Built into a fresh directory and swapped in, so a build never leaves a half
 // tree where a running fleet loads modules.
 import { execFile } from 'node:child_process'

@@ -8,6 +8,8 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { backoffMs } from '../../shared/backoff.ts'
 import { SUPERVISOR_KILL_AFTER_MS } from '../../shared/lifecycle.ts'
 
 export interface ChildSpec {
@@ -55,8 +57,8 @@ export class SupervisedChild {
       if (this.#stopping) return
       // A child that ran for a while starts its backoff afresh.
       if (Date.now() - this.#startedAt > 30_000) this.#restarts = 0
-      const delay = Math.min(10_000, 250 * 2 ** this.#restarts)
       this.#restarts++
+      const delay = backoffMs(this.#restarts, { baseMs: 500, capMs: 10_000, jitter: 'none' })
       this.#log(`${this.spec.name} exited (${signal ?? code}); restart #${this.#restarts} in ${delay} ms`)
       this.#timer = setTimeout(() => this.start(), delay)
     })
@@ -106,7 +108,7 @@ export async function waitHealthy (url: string, timeoutMs: number): Promise<void
       if (res.ok) return
       last = `HTTP ${res.status}`
     } catch (err) { last = (err as Error).message }
-    await new Promise(r => setTimeout(r, 200))
+    await sleep(200)
   }
   throw new Error(`${url} not healthy after ${timeoutMs} ms (${last})`)
 }

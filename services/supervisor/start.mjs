@@ -1,5 +1,5 @@
 // `npm start`. The supervisor runs compiled, as its children do: under a
-// TypeScript loader it held ~25 MB more for as long as the fleet ran (the
+// TypeScript loader it would hold more memory for as long as the fleet ran (the
 // loader's hooks thread and its heap). This file is plain JavaScript, so it
 // needs no loader: it has build-cli.ts compile the fleet with the supervisor in
 // it (a short-lived process under tsx), then runs the compiled supervisor in this

@@ -53,8 +53,8 @@ export async function bootstrapDatabase (opts: { dataDir: string, port: number, 
     u.password = opts.secrets.rolePasswords[role] ?? ''
     // On the embedded server the fleet's processes connect through its Unix
     // socket (in /tmp, the server's default; password auth as over TCP): a query
-    // costs the client about half the system time of loopback TCP (measured: 28-32
-    // -> 17 µs per query) and the server less too. DATABASE_URL servers keep TCP.
+    // costs the client about half the system time of loopback TCP, and the server
+    // less too. DATABASE_URL servers keep TCP.
     if (embedded) u.searchParams.set('host', EMBEDDED_SOCKET_DIR)
     return u.toString()
   }

@@ -155,7 +155,7 @@ export async function startEmbedded (opts: EmbeddedOptions): Promise<EmbeddedSer
  * startEmbedded in a detached child process (embedded-daemon.ts); stop() sends it
  * SIGTERM. `compiledDaemon`: the daemon compiled to JavaScript (the fleet's
  * dist/), run as it is; without it the TypeScript source runs under a loader (its
- * thread costs the process ~30 MB more).
+ * thread costs the process memory).
  */
 export async function spawnEmbedded (opts: Omit<EmbeddedOptions, 'log' | 'persistent'>, compiledDaemon?: string): Promise<EmbeddedServer> {
   const script = compiledDaemon ?? fileURLToPath(new URL('./embedded-daemon.ts', import.meta.url))

@@ -27,8 +27,10 @@
 // aborted in flight, its caller stops waiting, and a batch whose every item was
 // aborted loses its connection too, so the server cancels the statement (a
 // deadline must free what the request held, as a pool connection's does).
+import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import { cancellationOf, type Cancellation } from '../cancellation.ts'
+import { destroySocket } from './destroy-socket.ts'
 
 export interface GroupCommitOptions<I, O> {
   name: string
@@ -223,13 +225,12 @@ export class GroupCommit<I, O> {
 
   #drop (c: pg.Client): void {
     if (this.#client === c) this.#client = undefined
-    c.on('error', () => {})
-    ;(c as unknown as { connection?: { stream?: { destroy (): void } } }).connection?.stream?.destroy()
+    destroySocket(c)
   }
 
   async close (): Promise<void> {
     this.#closed = true
-    while (this.#flushing) await new Promise(r => setTimeout(r, 10))
+    while (this.#flushing) await sleep(10)
     await this.#connecting?.catch(() => {})
     await this.#client?.end().catch(() => {})
     this.#client = undefined

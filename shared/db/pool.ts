@@ -1,8 +1,11 @@
 // One pg.Pool per lane process, connecting as the lane's own role. Its max is
 // this replica's share of the role's fleet-wide CONNECTION LIMIT (lanes.ts).
 // Every pool of the fleet reports connections held too long (leak-detection.ts).
+import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
+import { backoffMs } from '../backoff.ts'
 import type { LaneLimits } from '../lanes.ts'
+import { destroySocket } from './destroy-socket.ts'
 import { detectLeaks, heldLongerThan, LEAK_DETECTION_DEFAULT_MS, untracked } from './leak-detection.ts'
 
 export interface PoolCounts { total: number, idle: number, waiting: number, max: number }
@@ -38,6 +41,9 @@ export class PoolReplaced extends Error {
   constructor () { super('the pool was replaced while waiting for a connection'); this.name = 'PoolReplaced' }
 }
 
+// The reset connection's connect and query timeouts: a dead server must not stall a replacement.
+const RESET_TIMEOUT_MS = 2_000
+
 /**
  * A lane's pool that can be replaced while the lane serves: a recovery that
  * lags (connections stuck on a dead or black-holed server) resets it
@@ -47,8 +53,6 @@ export class PoolReplaced extends Error {
  * admitted request is dropped; only clients held past the deadline, which no
  * execution holds, are cut.
  */
-const RESET_TIMEOUT_MS = 2_000
-
 export class ReplaceablePool {
   #current: pg.Pool
   #replacing = false
@@ -94,11 +98,8 @@ export class ReplaceablePool {
       // no public call for this; its queue of waiters is _pendingQueue.)
       const waiting = (old as unknown as { _pendingQueue?: Array<{ callback (err: Error): void }> })._pendingQueue
       for (const w of waiting?.splice(0) ?? []) w.callback(new PoolReplaced())
-      for (const c of stuck) {
-        // Its holder sees its query fail; the client's own 'error' must not crash the process.
-        c.on('error', () => {})
-        ;(c as unknown as { connection?: { stream?: { destroy (): void } } }).connection?.stream?.destroy()
-      }
+      // Their holders see their queries fail and give them back.
+      for (const c of stuck) destroySocket(c)
       // Connections the old pool's executions still hold come back by their deadline
       // and are closed then: their backends are ended too, on the new pool.
       const ended = new Set(pids)
@@ -179,8 +180,8 @@ export async function assertRole (pool: pg.Pool, role: string, retry: StartRetry
 /** How long start-up keeps trying to reach the database before it gives up (the worker's WORKER_START_BUDGET_MS). */
 export const START_BUDGET_MS = 60_000
 // Connections opened at once while warming. Each is a SCRAM login, a few ms of
-// server CPU: 40 at once on a busy 2-core host took longer than a 500 ms connect
-// timeout and killed the lane at start (CI, issue 14); 4 at a time never did.
+// server CPU: dozens at once on a busy small host can outlast the connect
+// timeout and kill the lane at start (issue 14); a few at a time do not.
 const WARM_CONCURRENCY = 4
 
 /**
@@ -225,13 +226,13 @@ export async function warmPool (pool: pg.Pool, n: number, budgetMs = START_BUDGE
 /** fn, retried with capped exponential backoff and jitter until it succeeds, `budgetMs` has passed, or `stop()` says there is no point. */
 export async function retrying<T> (fn: () => Promise<T>, budgetMs: number, stop: () => boolean = () => false): Promise<T> {
   const until = Date.now() + budgetMs
-  for (let attempt = 0; ; attempt++) {
+  for (let failures = 1; ; failures++) {
     try {
       return await fn()
     } catch (err) {
-      const wait = Math.min(2_000, 50 * 2 ** attempt) * (0.5 + Math.random() / 2)
+      const wait = backoffMs(failures, { baseMs: 50, capMs: 2_000, jitter: 'equal' })
       if (stop() || Date.now() + wait >= until) throw err
-      await new Promise(resolve => setTimeout(resolve, wait))
+      await sleep(wait)
     }
   }
 }

@@ -8,8 +8,8 @@
 // `max_workers - active` with FOR UPDATE SKIP LOCKED) does exactly that under
 // READ COMMITTED: two claimers run it on snapshots that both predate the
 // other's claim (ChokaQ's docs call its MaxWorkers best-effort; pg-boss says
-// the same of its group limit, and in our bench it ran 20 at groupConcurrency
-// 10). jobs.fetch keeps one invariant per limited queue:
+// the same of its group limit, and overshoots it in our queue bench). jobs.fetch
+// keeps one invariant per limited queue:
 //     sum over workers of held(w) <= max_workers,
 //     held(w) = max(share(w), active(w)) for a worker with a share in
 //     jobs.shares, active(w) for anyone else,
@@ -42,29 +42,22 @@
 // first. Without them the worker that completes a job would take its slot back
 // in the same transaction, and one process would keep a limited queue.
 //
-// Strategies measured (no-op jobs, one queue, 2 cores; docs/queue-benchmarks.md
-// has the dated runs):
-//  1. ChokaQ's single statement: fast, but not a limit (overshoot is real).
+// Strategies tried (no-op jobs, one queue; the figures are in
+// docs/queue-benchmarks.md):
+//  1. ChokaQ's single statement: fast, but not a limit (it overshoots).
 //  2. SERIALIZABLE claims: correct, but under load claimers mostly retry
 //     serialization failures.
 //  3. Lock the queue row FOR NO KEY UPDATE, count and claim, in an explicit
-//     transaction; start and complete one job per round trip (until 2026-12):
-//     1,202 jobs/s unlimited, 1,139 with the limit on. 3 + 2 round trips and a
-//     commit per job.
+//     transaction, one job started and completed per round trip: 3 + 2 round
+//     trips and a commit per job.
 //  4. One call per batch (complete what finished, claim and start the next
-//     ones), every claim of a limited queue serialized on an exclusive
-//     advisory lock held through its commit: at MaxWorkers 10 with two
-//     claimers, 1,800-2,400 jobs/s against 4,500-5,700 unlimited at the same
-//     concurrency: each claim waits for the other's commit (a WAL flush).
+//     ones), every claim of a limited queue serialized on an exclusive advisory
+//     lock held through its commit: each claim waits for the other's commit (a
+//     WAL flush), so the limit costs a large share of the throughput.
 //  5. (chosen) 4 with shares: the exclusive lock only to grow a share; the
 //     steady state claims under the shared lock, and the commits of both
-//     workers share WAL flushes. `npm run bench:queue -- --peers`
-//     (docs/benchmarks.md): two worker processes at MaxWorkers 10, 3,598-4,285 jobs/s
-//     against 3,543-3,845 unlimited at the same concurrency (the limit costs
-//     nothing measurable); library claimers 3,718-4,818 against 4,519-6,554.
-//     Unlimited: 16,900-19,371 through the workers, 20,562-26,712 as library
-//     calls; graphile-worker tuned 21,340-22,193, and under its nearest limit
-//     770-896; pg-boss under groupConcurrency 10: 385-2,325, 20 active at once.
+//     workers share WAL flushes, so the limit costs nothing measurable
+//     (`npm run bench:queue -- --peers`).
 import type { Db, Job } from './types.ts'
 
 export interface ClaimRequest {
@@ -90,7 +83,7 @@ export interface FetchResult {
 type Row = Job & { done: boolean }
 
 // Named: prepared once per connection, not parsed, analyzed and planned on
-// every call (about a tenth of the backend's time per call of 5 jobs). A new
+// every call, where a small batch spends much of its backend time. A new
 // body for the function is picked up (PostgreSQL re-plans a prepared
 // statement when a function it calls changes); new result columns are not
 // (the statement fails with "cached plan must not change result type" on every

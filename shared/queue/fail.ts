@@ -3,7 +3,7 @@
 // could not try: its dependency is known down) goes back with its backoff and
 // its attempt given back, never dead-lettered. Lease-guarded.
 import type { Db } from './types.ts'
-import { backoffMs } from './backoff.ts'
+import { backoffMs } from '../backoff.ts'
 import { toDead } from './dead-letter.ts'
 
 export interface FailOptions { fatal?: boolean, deferred?: boolean, baseMs?: number, capMs?: number, random?: () => number }
@@ -19,7 +19,8 @@ export async function fail (db: Db, id: string, lease: string, error: string, o:
     const moved = await toDead(db, `id = $1 and lease = $2 and status = 'processing'`, [id, lease], o.fatal ? 'fatal' : 'max_attempts', msg)
     return moved.length > 0 ? 'dead' : 'lost'
   }
-  const delay = backoffMs(job.attempts, o)
+  // Unless the worker sets its own: 1 s after the first failure, doubling, at most 5 min.
+  const delay = Math.round(backoffMs(job.attempts, { baseMs: o.baseMs ?? 1_000, capMs: o.capMs ?? 5 * 60_000, jitter: 'equal', random: o.random }))
   const { rowCount } = await db.query(
     `update jobs.jobs_hot set status = 'pending', lease = null, attempts = attempts - $5::int, worker_id = null, fetched_at = null, started_at = null, heartbeat_at = null,
             scheduled_at = clock_timestamp() + make_interval(secs => $3::double precision / 1000), last_error = $4

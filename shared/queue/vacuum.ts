@@ -4,11 +4,10 @@
 // and a claim reads the index from its front, where those entries are: each
 // claim walks past every job claimed since the last vacuum. Autovacuum comes at
 // most once per autovacuum_naptime (a minute by default), so at a few thousand
-// jobs a second the walk grows to hundreds of thousands of entries. Measured
-// (one connection completing and claiming 5 jobs per call through a backlog
-// of 100,000, backend CPU per call for each 20,000 jobs): 1,373, 1,723, 2,135,
-// 3,253 and 2,413 µs without; with a vacuum every 2,000 jobs (8-10 ms each),
-// 1,395, 1,128, 1,110, 1,173 and 1,220 µs.
+// jobs a second the walk grows to hundreds of thousands of entries, and a
+// claim's cost grows with the backlog drained since the last vacuum. A vacuum
+// every few thousand jobs is short and keeps that cost flat
+// (docs/queue-benchmarks.md, "A deep backlog").
 // SKIP_LOCKED: a vacuum already running (another worker's, or autovacuum's) is
 // enough; this one returns at once. It needs the MAINTAIN privilege on the
 // table (PostgreSQL 17+; shared/db/roles.ts grants it); without it the server

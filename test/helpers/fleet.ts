@@ -3,6 +3,7 @@
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
 import type { Test } from 'tap'
 import { createKey } from '../../shared/api-keys.ts'
 import { laneLimits, type LaneName } from '../../shared/lanes.ts'
@@ -58,7 +59,7 @@ export async function startFleet (t: Test, db: TestDb, opts: { lanes?: LaneName[
       const until = Date.now() + 10_000
       while (Date.now() < until) {
         if ((await call(gateway.url + '/v1/tax/quotes/00000000-0000-4000-8000-000000000000', { headers: { authorization: `Bearer ${key}` } })).status !== 401) return key
-        await new Promise(r => setTimeout(r, 200))
+        await sleep(200)
       }
       throw new Error('gateway did not pick up the new key')
     },

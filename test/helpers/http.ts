@@ -1,4 +1,5 @@
 // A small HTTP client for tests on undici: JSON in, status/headers/JSON out.
+import { setTimeout as sleep } from 'node:timers/promises'
 import { Agent, request } from 'undici'
 import { serverTiming } from '../load/run-info.ts'
 
@@ -25,7 +26,7 @@ export function percentile (xs: number[], p: number): number {
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? NaN
 }
 
-export const sleep = (ms: number): Promise<void> => new Promise(r => setTimeout(r, ms))
+export { sleep }
 
 /** Poll fn until it returns truthy or the timeout passes. */
 export async function eventually<T> (fn: () => Promise<T>, timeoutMs = 10_000, everyMs = 50): Promise<T> {

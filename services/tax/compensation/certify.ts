@@ -1,5 +1,6 @@
 // Certification of the compensation table: compare every entry with the
 // authoritative provider within ±0.5% relative (the CLI is certify-cli.ts).
+import { setTimeout as sleep } from 'node:timers/promises'
 import { createOriginPool } from '../../../shared/lane-kit/http.ts'
 import type { Certificate } from './certificate.ts'
 import { readTable, tableChecksum } from './table.ts'
@@ -24,7 +25,7 @@ async function askProvider (provider: ReturnType<typeof createOriginPool>, j: st
     const body = await res.body.json().catch(() => ({})) as { rate?: number }
     if ((res.statusCode !== 503 && res.statusCode !== 429) || attempt === ATTEMPTS) return { res, body }
     const told = Number(res.headers['retry-after'])
-    await new Promise(r => setTimeout(r, Number.isFinite(told) ? Math.min(told * 1000, MAX_WAIT_MS) : MAX_WAIT_MS))
+    await sleep(Number.isFinite(told) ? Math.min(told * 1000, MAX_WAIT_MS) : MAX_WAIT_MS)
   }
 }
 

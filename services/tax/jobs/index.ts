@@ -26,9 +26,9 @@ export function jobTypes (o: { log?: JobLog } = {}): JobType[] {
   const cfg = loadConfig(TAX_RECONCILE_ENV, process.env)
   const provider: Pool = createOriginPool(cfg.TAX_PROVIDER_URL, { connections: 3, timeoutMs: 5_000 })
   // One start every 1/rate s, evenly. Every compensated quote is a job; drained as
-  // fast as three workers and the CPU allow (70/s beside 75 quotes/s on one core),
-  // the jobs took a quarter of the core (worker, its backends, the provider) and
-  // kept the lane they reconcile saturated, compensating, making more jobs.
+  // fast as three workers and the CPU allow, the jobs take a large share of a
+  // shared core (worker, its backends, the provider) and keep the lane they
+  // reconcile saturated, compensating, making more jobs.
   const paced = pThrottle({ limit: 1, interval: 1000 / cfg.TAX_RECONCILE_PER_SECOND })(() => undefined)
   const breaker = providerBreaker(cfg, provider, t => { logTransition(o.log ?? SILENT, t) }, {
     halfOpenMaxMs: cfg.TAX_RECONCILE_PROBE_MAX_MS,

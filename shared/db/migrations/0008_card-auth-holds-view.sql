@@ -2,9 +2,8 @@
 -- An approved authorization is its hold: the hold no longer has a row of its
 -- own. The separate table cost each approval a second insert, two more index
 -- entries and two foreign-key checks (each a SELECT ... FOR KEY SHARE on the
--- referenced row): about a third of card_auth.authorize's server CPU (measured
--- with the function alone, 8 connections: 494 µs per call with the hold row,
--- 326 µs without). card_auth.holds stays, as a view, for whoever reads holds.
+-- referenced row): a large share of card_auth.authorize's server CPU.
+-- card_auth.holds stays, as a view, for whoever reads holds.
 create table card_auth.holds_before_0008 as table card_auth.holds;
 drop table card_auth.holds;
 create view card_auth.holds as

@@ -11,11 +11,9 @@
 -- however long the queue grew. With sequential scans off inside these
 -- functions, the plans are the index scans whatever the table's size then
 -- (jobs_hot_claim, jobs_hot_active, the primary keys; checked with auto_explain
--- on a 200-row table); jobs.workers, with no index to use, is still scanned.
--- Measured: one connection completing and claiming 5 no-op jobs per call
--- (2,001 calls, a queue at MaxWorkers 10, CPU from /proc/<backend>/stat, three
--- pairs alternated): 1,074, 1,649 and 1,374 µs per call with these settings,
--- 1,724, 2,064 and 1,779 without; at 100 jobs per call, no difference.
+-- on a small table); jobs.workers, with no index to use, is still scanned.
+-- Planning once pays off for small batches, where planning is a large part of
+-- a call; at large batches it makes no difference.
 alter function jobs.fetch(text, text[], integer[], bigint[], uuid[], jsonb[], boolean)
   set plan_cache_mode = force_generic_plan;
 alter function jobs.fetch(text, text[], integer[], bigint[], uuid[], jsonb[], boolean)

@@ -6,8 +6,8 @@
 -- yet (a new worker, or after a change of the limit deletes every share) could
 -- only grow into room that was free under the exclusive lock, and the
 -- unregistered claimer, completing and claiming in one transaction, never let
--- any be free: one registered claimer of test/serial/queue-hard-limit.test.ts
--- ran no job at all in a CI run. Now it counts the live workers together at
+-- any be free, so a registered claimer could be starved of every job
+-- (test/serial/queue-hard-limit.test.ts). Now it counts the live workers together at
 -- no less than their slots up to max_workers. It only ever counts more than
 -- before, so the hard limit's argument (shared/queue/claim.ts) is unchanged.
 create or replace function jobs.queue_held(p_queue text, p_worker text, out others_hold integer, out my_active integer)

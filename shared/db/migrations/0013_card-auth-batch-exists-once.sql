@@ -4,9 +4,8 @@
 -- condition, `if not found and exists (...)`: one SQL expression whose plan
 -- PL/pgSQL made anew for nearly every element, because with `found` known the
 -- planner folds the expression to false and that custom plan always looks
--- cheaper than the generic one. A profile of the lane's backends at 1,400
--- authorizations/s (perf, DWARF call graphs, 2026-12-02) had that planning at
--- 6-9% of their CPU. Decisions are unchanged (test/card-auth-batch.test.ts
+-- cheaper than the generic one: under load, a profile of the lane's backends
+-- showed that planning as a visible share of their CPU. Decisions are unchanged (test/card-auth-batch.test.ts
 -- compares this form with 0009's on random batches).
 create or replace function card_auth.authorize_batch(
   p_ids uuid[], p_clients text[], p_keys text[], p_fingerprints text[],
