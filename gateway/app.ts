@@ -38,6 +38,8 @@ export interface GatewayConfig {
   warmUp?: GatewayWarmUp
   /** The retry guard's counters in Redis (guard-store.ts); none: in this process only. */
   sharedStore?: { url: string, budgetMs: number, replicas: number }
+  /** Shed answers keep the lane's Server-Timing and get the gateway's (proxy.ts); off: stripped. */
+  serverTiming?: boolean
 }
 
 export async function buildApp (cfg: GatewayConfig) {
@@ -114,7 +116,7 @@ export async function buildApp (cfg: GatewayConfig) {
     done()
   })
 
-  await app.register(laneRoutes, { upstreams, keys: cfg.warmUp?.keySource(cfg.keys) ?? cfg.keys, rejected, counters })
+  await app.register(laneRoutes, { upstreams, keys: cfg.warmUp?.keySource(cfg.keys) ?? cfg.keys, rejected, counters, serverTiming: cfg.serverTiming ?? false })
   app.addHook('onClose', async () => { await closeUpstreams(upstreams) })
   // Names resolved and every replica checked once before the gateway serves.
   await startUpstreams(upstreams)

@@ -30,6 +30,8 @@ export const GATEWAY_ENV = Type.Object({
   GATEWAY_PRESSURE_MAX_EVENT_LOOP_DELAY_MS: Type.Integer({ default: 500, minimum: 10, maximum: 600_000 }),
   GATEWAY_PRESSURE_MAX_HEAP_BYTES: PRESSURE.PRESSURE_MAX_HEAP_BYTES,
   GATEWAY_PRESSURE_MAX_RSS_BYTES: PRESSURE.PRESSURE_MAX_RSS_BYTES,
+  // Shed answers' internal timings (Server-Timing) passed to clients: for drills and benchmarks, off for the public API.
+  GATEWAY_SERVER_TIMING: Type.Union([Type.Literal('off'), Type.Literal('on')], { default: 'off' }),
   // The retry guard's counters in Redis, shared by every gateway replica (gateway/guard-store.ts); empty: in this process only.
   REDIS_URL: Type.String({ default: '', pattern: '^(rediss?://.+)?$' }),
   // The most a request waits on that store before this replica decides alone (ms).

@@ -33,6 +33,7 @@ const { app, upstreams } = await buildApp({
   maxRssBytes: cfg.GATEWAY_PRESSURE_MAX_RSS_BYTES,
   logger: loggerOptions('gateway'),
   warmUp,
+  serverTiming: cfg.GATEWAY_SERVER_TIMING === 'on',
   ...(cfg.REDIS_URL === '' ? {} : { sharedStore: { url: cfg.REDIS_URL, budgetMs: cfg.RETRY_STORE_BUDGET_MS, replicas: cfg.GATEWAY_REPLICAS } }),
 })
 // Node's default backlog is 511: clients opening connections in a burst while the

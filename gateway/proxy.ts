@@ -26,6 +26,8 @@ export interface LaneRoutesOptions {
   /** bulkhead_rejection_total: what the gateway refuses on a lane's behalf. */
   rejected: client.Counter<'lane' | 'reason'>
   counters: ProxyCounters
+  /** Pass the lanes' Server-Timing on, with the gateway's own time; off: neither. */
+  serverTiming: boolean
 }
 
 export const laneRoutes: FastifyPluginAsync<LaneRoutesOptions> = async (app, opts) => {
@@ -69,7 +71,7 @@ export const laneRoutes: FastifyPluginAsync<LaneRoutesOptions> = async (app, opt
         const fields = panFields(req.body)
         if (fields.length > 0) throw new AppError('ERR_PAN_NOT_ACCEPTED', { detail: `fields ${fields.join(', ')} hold a raw card number; send a card token`, extensions: { fields } })
       },
-      handler: (req, reply) => proxy(req, reply, spec, opts.upstreams[spec.lane], opts.counters),
+      handler: (req, reply) => proxy(req, reply, spec, opts.upstreams[spec.lane], opts.counters, opts.serverTiming),
     })
   }
 }
@@ -151,7 +153,7 @@ async function callReplica (up: Upstream, r: Replica, opts: Dispatcher.DispatchO
   }
 }
 
-async function proxy (req: FastifyRequest, reply: FastifyReply, spec: RouteSpec, up: Upstream, count: ProxyCounters): Promise<unknown> {
+async function proxy (req: FastifyRequest, reply: FastifyReply, spec: RouteSpec, up: Upstream, count: ProxyCounters, serverTiming: boolean): Promise<unknown> {
   let replica = up.replicas.pick()
   if (!replica) {
     const known = up.replicas.replicas.length
@@ -201,14 +203,15 @@ async function proxy (req: FastifyRequest, reply: FastifyReply, spec: RouteSpec,
     up.reachable = true
     for (const k in res.headers) {
       const v = res.headers[k]
-      if (v !== undefined && !DROP_RESPONSE.has(k)) reply.header(k, v)
+      if (v !== undefined && !DROP_RESPONSE.has(k) && k !== 'server-timing') reply.header(k, v)
     }
     // A lane that timed its answer (a shed one: admission's Server-Timing) gets the
     // gateway's own time beside it, from the request's arrival here to its answer
     // ready to send, so a slow shed answer can be placed: in the lane, in the
     // gateway and the hop, or beyond it. Only those answers: none on the card path.
+    // How long each hop of ours took is for our drills, not for the public API.
     const timing = res.headers['server-timing']
-    if (typeof timing === 'string') reply.header('server-timing', `${timing}, gateway;dur=${reply.elapsedTime.toFixed(3)}`)
+    if (serverTiming && typeof timing === 'string') reply.header('server-timing', `${timing}, gateway;dur=${reply.elapsedTime.toFixed(3)}`)
     return reply.code(res.status).send(res.body)
   } catch (err) {
     if (gone) return reply.hijack()

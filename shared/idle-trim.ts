@@ -17,7 +17,6 @@
 // next try (up to MAX_BACKOFF_MS).
 import { performance } from 'node:perf_hooks'
 import v8 from 'node:v8'
-import vm from 'node:vm'
 import { Type } from 'typebox'
 import { loadConfig } from './config.ts'
 
@@ -37,10 +36,11 @@ const MAX_BACKOFF_MS = 600_000
 export const idleTrimStats = { collections: 0, pauseSeconds: 0, freedBytes: 0 }
 
 /**
- * The check's two collections, with Node's `gc` (exposed without --expose-gc on
- * the command line: the flag set now applies to contexts made after it, such as
- * this one): `trim`, which gives the young generation back and collects the old
- * one, and `compact`, one more full collection. The call that runs a full
+ * The check's two collections, with the `gc` that `node --expose-gc` gives (every
+ * launcher of the fleet passes it: npm start, the supervisor's children, the
+ * image's entrypoint; V8 flags set after start-up are documented as
+ * unpredictable): `trim`, which gives the young generation back and collects the
+ * old one, and `compact`, one more full collection. The call that runs a full
  * collection depends on V8:
  * - V8 12+ (Node 22, 24): `{ type: 'major', execution: 'sync' }`;
  * - V8 11 (Node 20): `gc()` with no argument. There the options object runs a
@@ -50,9 +50,8 @@ export const idleTrimStats = { collections: 0, pauseSeconds: 0, freedBytes: 0 }
  * generation and unmaps what it freed, at a pause several times a major
  * collection's: too long for a lane that may be answering a request.
  */
-function exposeGc (): { trim: () => void, compact: () => void } | undefined {
-  v8.setFlagsFromString('--expose-gc')
-  const gc: unknown = vm.runInNewContext('typeof gc === "function" ? gc : undefined')
+function exposedGc (): { trim: () => void, compact: () => void } | undefined {
+  const gc: unknown = (globalThis as { gc?: unknown }).gc
   if (typeof gc !== 'function') return undefined
   const full = gc as (o?: { type: 'major', execution: 'sync' }) => void
   if (Number(process.versions.v8.split('.')[0]) >= 12) {
@@ -70,11 +69,14 @@ function newSpaceBytes (): number {
 /** Heap committed over what it uses, past which the check goes on compacting at idle. */
 const SLACK_BYTES = 8 * MB
 
-/** Starts the idle check; returns a stop function. A no-op when `idleMs` is 0 or this runtime offers no `gc`. */
+/** Starts the idle check; returns a stop function. A no-op when `idleMs` is 0, or (said in one line) without `--expose-gc`. */
 export function startIdleTrim (opts: IdleTrimOptions): () => void {
   if (opts.idleMs <= 0) return () => {}
-  const gc = exposeGc()
-  if (!gc) return () => {}
+  const gc = exposedGc()
+  if (!gc) {
+    console.error(JSON.stringify({ level: 'warn', msg: 'idle trim off: start node with --expose-gc to give memory back at idle, or set IDLE_TRIM_SECONDS=0 to silence this' }))
+    return () => {}
+  }
   const maxUtilization = opts.maxUtilization ?? 0.02
   // The young generation's initial size (1 MB on Node 20–24), then its size after each collection that shrank it.
   let floor = Math.min(newSpaceBytes(), MB)

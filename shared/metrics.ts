@@ -66,6 +66,8 @@ export interface LaneMetrics {
   rejection (reason: LaneRejectReason): void
   /** A recovery lag reset the pool. */
   poolReset (): void
+  /** A step of that reset failed (shared/db/pool.ts ResetStep). */
+  poolResetError (step: string): void
   permitWait (seconds: number): void
   requestDuration: client.Histogram<'lane' | 'route' | 'status_code'>
   /** A data-plane request's duration (seconds), for the sliding one-minute window. */
@@ -114,6 +116,7 @@ export function laneMetrics (registry: client.Registry, s: LaneMetricSources): L
   countOf(registry, 'bulkhead_fair_displaced_total', 'Queued requests that gave their place to an arrival of a tenant holding less', { lane }, s.displaced)
   const resets = new client.Counter({ name: 'bulkhead_pool_resets_total', help: 'Connection pool resets after a recovery lag (MC-RT-01, ALERT_BULKHEAD_RECOVERY_LAG)', labelNames: ['lane'], registers: [registry] })
   resets.inc({ lane }, 0)
+  const resetErrors = new client.Counter({ name: 'bulkhead_pool_reset_errors_total', help: 'Steps of a pool reset that failed (connect, terminate, terminate_returned, end); the reset goes on without them', labelNames: ['lane', 'step'], registers: [registry] })
   const rejection = new client.Counter({ name: 'bulkhead_rejection_total', help: 'Requests rejected by the lane, by reason', labelNames: ['lane', 'reason'], registers: [registry] })
   const wait = new client.Histogram({ name: 'bulkhead_permit_wait_seconds', help: 'Time admitted requests waited for a permit', labelNames: ['lane'], buckets: [0, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5], registers: [registry] })
   const requestDuration = new client.Histogram({ name: 'http_request_duration_seconds', help: 'HTTP request duration', labelNames: ['lane', 'route', 'status_code'], buckets: LATENCY_BUCKETS, registers: [registry] })
@@ -133,6 +136,7 @@ export function laneMetrics (registry: client.Registry, s: LaneMetricSources): L
       return { windowSeconds: LATENCY_WINDOW_SECONDS, p50Ms: ms(p50!), p99Ms: ms(p99!) }
     },
     poolReset () { resets.inc({ lane }) },
+    poolResetError (step) { resetErrors.inc({ lane, step }) },
     rejection (reason) { rejection.inc({ lane, reason }); counts[reason] = (counts[reason] ?? 0) + 1 },
     permitWait (seconds) { wait.observe({ lane }, seconds) },
     requestDuration,

@@ -43,7 +43,7 @@ t.test('the Dockerfile: multi-stage, production dependencies, non-root, health c
   for (const n of ['base', 'demo', 'runtime']) t.notMatch(stage(n).text, /npm (ci|install)/, `no install in the ${n} stage`)
   t.match(stage('deps').text, /npm ci --omit=dev /, 'production dependencies only')
   t.match(base, /^HEALTHCHECK .*dist\/services\/healthcheck\.js/m, 'health check')
-  t.match(base, /^ENTRYPOINT \["node", "dist\/services\/main\.js"\]$/m, 'one entry for every process')
+  t.match(base, /^ENTRYPOINT \["node", "--expose-gc", "dist\/services\/main\.js"\]$/m, 'one entry for every process, with the gc the idle trim calls')
   t.match(stage('build').text, /sh deploy\/build-dist\.sh dist/, 'the build stage runs the script this test runs')
   t.notMatch(dockerfile, /npm uninstall/, 'nothing installed is taken out again')
   for (const p of DEV_ONLY) t.ok(pkg.devDependencies[p] && !pkg.dependencies[p], `${p} is a dev dependency`)

@@ -16,7 +16,8 @@ import { call, eventually, type Res } from './helpers/http.ts'
 // the cap full, and on resuming the lane saw that pause as a 1.5 s event-loop
 // stall and shed what was queued with its own 503 ERR_LANE_OVERLOADED (one CI
 // run: all 152). That is the lane judging the test's pause, not the gateway's cap.
-const env = { CARD_AUTH_PERMITS: '1', CARD_AUTH_QUEUE: '0', CARD_AUTH_PRESSURE_MAX_EVENT_LOOP_DELAY_MS: '0', CARD_AUTH_PRESSURE_MAX_EVENT_LOOP_UTILIZATION: '0' }
+// The gateway as deployed: the lanes' internal timings stripped from its answers.
+const env = { CARD_AUTH_PERMITS: '1', CARD_AUTH_QUEUE: '0', CARD_AUTH_PRESSURE_MAX_EVENT_LOOP_DELAY_MS: '0', CARD_AUTH_PRESSURE_MAX_EVENT_LOOP_UTILIZATION: '0', GATEWAY_SERVER_TIMING: 'off' }
 const CAP = laneLimits('card-auth', env).gateway.inflightCap
 const db = await testDatabase(t, env)
 await db.query("insert into card_auth.card_accounts (token, currency, available) values ('tok_cap_1', 'EUR', 1000000000)")
@@ -57,6 +58,8 @@ t.test('400 authorizations at once with the card-auth cap full: 201 or 429 ERR_C
   t.equal(g.headers.ratelimit, '"gateway-card-auth";r=0;t=1', 'RateLimit: none left, room again in 1 s')
   t.equal(await counter('bulkhead_rejection_total', 'lane="card-auth",reason="gateway_cap"'), 400 - CAP, 'counted as bulkhead_rejection_total{reason="gateway_cap"}')
   t.equal(await counter('gateway_lane_unavailable_total', 'lane="card-auth"'), 0, 'and not as unavailability')
+  const byLane = rs.filter(r => r.status === 429 && r.body['violated-policies']?.[0] !== 'gateway-card-auth')
+  t.ok(byLane.length > 0 && rs.every(r => r.headers['server-timing'] === undefined), `no internal timings reach the client, the lane's own ${byLane.length} refusals included (GATEWAY_SERVER_TIMING off)`)
 })
 
 t.test('a lane that is down is still 503 ERR_LANE_UNAVAILABLE, also under a burst', async t => {

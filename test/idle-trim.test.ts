@@ -74,7 +74,7 @@ t.test('in this process: no collection while the loop is busy; once it is idle, 
 
 t.test('the idle collection collects the old generation too: what a load left there is freed', async t => {
   // Run alone, so no other code's allocation decides what the collection finds.
-  const r = await run(process.execPath, [...TS_LOADER, 'test/fixtures/idle-trim-old.ts'], { cwd: ROOT })
+  const r = await run(process.execPath, ['--expose-gc', ...TS_LOADER, 'test/fixtures/idle-trim-old.ts'], { cwd: ROOT })
   type Trim = { heapUsedBeforeMb: number, heapUsedAfterMb: number, heapTotalBeforeMb: number, heapTotalAfterMb: number }
   const x = JSON.parse(r.stdout) as { usedBeforeMb: number, live: number, trims: Trim[] }
   t.equal(x.live, 40_000, 'the objects still referenced are kept')
@@ -84,6 +84,14 @@ t.test('the idle collection collects the old generation too: what a load left th
   const lastTotal = x.trims.at(-1)!.heapTotalAfterMb
   t.ok(first.heapTotalAfterMb - lastTotal > 20, `the heap's committed size: ${first.heapTotalBeforeMb.toFixed(1)} MB, ${first.heapTotalAfterMb.toFixed(1)} after the first collection, ${lastTotal.toFixed(1)} after the last of ${x.trims.length}`)
   t.ok(lastTotal - x.trims.at(-1)!.heapUsedAfterMb < 8, 'the collections stop once it commits less than 8 MB over what it uses')
+})
+
+t.test('a process started without --expose-gc says so in one line and trims nothing', async t => {
+  const script = "import { startIdleTrim } from './shared/idle-trim.ts'; startIdleTrim({ idleMs: 100 })"
+  const r = await run(process.execPath, [...TS_LOADER, '--input-type=module', '-e', script], { cwd: ROOT })
+  const lines = r.stderr.trim().split('\n')
+  t.equal(lines.length, 1, 'one line')
+  t.match(JSON.parse(lines[0]!), { level: 'warn', msg: /--expose-gc.*IDLE_TRIM_SECONDS=0/ }, 'naming the flag, and the setting that silences it')
 })
 
 t.test('IDLE_TRIM_SECONDS 0: nothing runs', async t => {

@@ -36,6 +36,7 @@ const FLEET: Record<string, 'Gauge' | 'Counter' | 'Histogram' | 'Summary'> = {
   bulkhead_request_latency_seconds: 'Gauge',
   bulkhead_recovery_lag_seconds: 'Gauge',
   bulkhead_pool_resets_total: 'Counter',
+  bulkhead_pool_reset_errors_total: 'Counter',
   db_pool_connection_leaks_total: 'Counter',
   gateway_upstream_inflight: 'Gauge',
   gateway_retry_storm_blocked_total: 'Counter',

@@ -30,7 +30,7 @@ interface Run { out: string[], err: string[], exit: { code: number | null } | un
  * to the end, so a last line is never missed. Stopped at teardown, on failure too.
  */
 function run (t: Test, name: string, args: string[], env: Record<string, string>): Run {
-  const proc = spawn(process.execPath, [compiled('services/main.ts'), ...args], {
+  const proc = spawn(process.execPath, ['--expose-gc', compiled('services/main.ts'), ...args], {
     cwd: ROOT, env: { ...process.env, LOG_LEVEL: 'info', ...env }, stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
   })
   const closed = new Promise<void>(resolve => proc.once('close', code => { r.exit = { code }; resolve() }))

@@ -172,7 +172,8 @@ const specs: Array<Omit<ChildSpec, 'argv'> & { process: string }> = [
     nice: niceOf('deck'),
   },
 ]
-for (const { process: name, ...s } of specs) children.push(new SupervisedChild({ ...s, argv: [...nodeArgs(isGateway(s.name) ? 'gateway' : s.name), entry, name], env: { ...s.env, ...(cfg.QUIET ? { LOG_LEVEL: 'error' } : {}) } }, say))
+// --expose-gc: each child's idle trim (shared/idle-trim.ts).
+for (const { process: name, ...s } of specs) children.push(new SupervisedChild({ ...s, argv: ['--expose-gc', ...nodeArgs(isGateway(s.name) ? 'gateway' : s.name), entry, name], env: { ...s.env, ...(cfg.QUIET ? { LOG_LEVEL: 'error' } : {}) } }, say))
 
 try {
   // The sandbox first: the tax compensation table is certified against it before the lanes start.

@@ -44,6 +44,9 @@ export class PoolReplaced extends Error {
 // The reset connection's connect and query timeouts: a dead server must not stall a replacement.
 const RESET_TIMEOUT_MS = 2_000
 
+/** What a reset failed at: its own connection, ending the backends, ending one returned late, closing the old pool. */
+export type ResetStep = 'connect' | 'terminate' | 'terminate_returned' | 'end'
+
 /**
  * A lane's pool that can be replaced while the lane serves: a recovery that
  * lags (connections stuck on a dead or black-holed server) resets it
@@ -57,9 +60,12 @@ export class ReplaceablePool {
   #current: pg.Pool
   #replacing = false
   readonly #make: () => pg.Pool
+  readonly #failed: (step: ResetStep, err: unknown) => void
 
-  constructor (make: () => pg.Pool) {
+  /** `failed`: told of each step of a reset that failed; the reset goes on without it. */
+  constructor (make: () => pg.Pool, failed: (step: ResetStep, err: unknown) => void = () => {}) {
     this.#make = make
+    this.#failed = failed
     this.#current = make()
   }
 
@@ -86,7 +92,7 @@ export class ReplaceablePool {
     const o = old.options as pg.PoolConfig
     const reset = new pg.Client({ connectionString: o.connectionString, application_name: `${o.application_name ?? 'watertight'}-reset`, connectionTimeoutMillis: RESET_TIMEOUT_MS, query_timeout: RESET_TIMEOUT_MS })
     reset.on('error', () => {})
-    const connected = await reset.connect().then(() => true, () => false)
+    const connected = await reset.connect().then(() => true, (err: unknown) => { this.#failed('connect', err); return false })
     try {
       const stuck = heldLongerThan(old, staleAfterMs)
       const idle = ((old as unknown as { _idle?: Array<{ client: pg.PoolClient }> })._idle ?? []).map(i => i.client)
@@ -107,12 +113,12 @@ export class ReplaceablePool {
         const pid = (c as unknown as { processID?: number }).processID
         if (typeof pid !== 'number' || ended.has(pid)) return
         ended.add(pid)
-        this.#current.query('select pg_terminate_backend($1)', [pid]).catch(() => {})
+        this.#current.query('select pg_terminate_backend($1)', [pid]).catch((err: unknown) => { this.#failed('terminate_returned', err) })
       })
-      old.end().catch(() => {})
+      old.end().catch((err: unknown) => { this.#failed('end', err) })
       if (!connected || pids.length === 0) return 0
       // A role may end its own backends (pg_terminate_backend).
-      const r = await reset.query<{ ended: number }>('select count(*) filter (where pg_terminate_backend(pid))::int as ended from unnest($1::int[]) as pid', [pids]).catch(() => undefined)
+      const r = await reset.query<{ ended: number }>('select count(*) filter (where pg_terminate_backend(pid))::int as ended from unnest($1::int[]) as pid', [pids]).catch((err: unknown) => { this.#failed('terminate', err); return undefined })
       return r?.rows[0]?.ended ?? 0
     } finally {
       this.#replacing = false

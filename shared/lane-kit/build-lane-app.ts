@@ -66,7 +66,10 @@ const laneKitPlugin: FastifyPluginAsync<LaneKitOptions> = async (app, opts) => {
   const leaks = countPoolLeaks(registry)
   // The pool's max is this replica's share of the role's limit (replica-share.ts), a new pool's too.
   const share = new ReplicaShare({ limits, pool: () => pools.current, log: app.log })
-  const pools: ReplaceablePool = new ReplaceablePool(() => leaks(createLanePool(limits, opts.databaseUrl, app.log, share.poolMax)))
+  const pools: ReplaceablePool = new ReplaceablePool(() => leaks(createLanePool(limits, opts.databaseUrl, app.log, share.poolMax)), (step, err) => {
+    app.log.warn({ lane: limits.lane, step, err }, `pool reset: ${step} failed; the reset goes on without it`)
+    metrics.poolResetError(step)
+  })
   const pool = (): pg.Pool => pools.current
   const state = new LaneState({
     permits: limits.permits,

@@ -46,8 +46,9 @@ export async function startFleet (t: Test, db: TestDb, opts: { lanes?: LaneName[
   const keysFile = path.join(dir, 'api-keys.json')
   const apiKey = createKey(keysFile, 'test-client')
   const unused = 'http://127.0.0.1:9' // discard port: a lane that is not running refuses at once
+  // Tests read each shed answer's admission decision from its Server-Timing.
   const gateway = await startProcess(t, 'gateway', 'gateway/main.ts', {
-    ...env, GATEWAY_PORT: '0', GATEWAY_HOST: '127.0.0.1', API_KEYS_FILE: keysFile,
+    GATEWAY_SERVER_TIMING: 'on', ...env, GATEWAY_PORT: '0', GATEWAY_HOST: '127.0.0.1', API_KEYS_FILE: keysFile,
     CARD_AUTH_URL: lanes['card-auth']?.url ?? unused, FRAUD_URL: lanes.fraud?.url ?? unused, TAX_URL: lanes.tax?.url ?? unused,
   })
   await untilServing(gateway.url)

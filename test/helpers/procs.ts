@@ -67,7 +67,8 @@ export function compiled (script: string): string {
  * compiled .js, relative to the repo or absolute; `args` follow it.
  */
 export async function startProcess (t: Test, name: string, script: string, env: Record<string, string>, opts: { timeoutMs?: number, args?: string[] } = {}): Promise<Proc> {
-  const node = [compiled(script)]
+  // As every launcher of the fleet starts it (shared/idle-trim.ts).
+  const node = ['--expose-gc', compiled(script)]
   // A gateway's warm-up (gateway/warm-up.ts) would send its lanes authorizations
   // beside a test's own traffic: off unless a test asks for it
   // (test/gateway-warm-up.test.ts); npm start's fleets keep the default.

@@ -78,9 +78,9 @@ t.test('npm start runs the supervisor compiled; SIGTERM to npm alone stops the w
   const supervisor = parentOf(pids[0]!)
   started.push(supervisor, ...pids)
   t.ok(pids.every(pid => parentOf(pid) === supervisor), 'one supervisor is the parent of every child')
-  t.same(cmdline(supervisor).slice(1), ['services/supervisor/start.mjs'], 'the supervisor process is `node services/supervisor/start.mjs`: no TypeScript loader')
+  t.same(cmdline(supervisor).slice(1), ['--expose-gc', 'services/supervisor/start.mjs'], 'the supervisor process is `node --expose-gc services/supervisor/start.mjs`: no TypeScript loader')
   t.ok(fs.existsSync(path.join(dist, 'services/supervisor/main.js')), 'its code is the compiled supervisor in FLEET_DIST')
-  for (const pid of pids) t.equal(cmdline(pid)[1], path.join(dist, 'services/main.js'), `child ${pid} runs the same compiled tree`)
+  for (const pid of pids) t.same(cmdline(pid).slice(1, 3), ['--expose-gc', path.join(dist, 'services/main.js')], `child ${pid} runs the same compiled tree, with the gc its idle trim calls`)
   t.equal((await fetch(`${lane}/health/ready`)).status, 200, 'card-auth ready once the fleet is up')
 
   const exited = new Promise<number | null>(resolve => proc.once('exit', code => resolve(code)))

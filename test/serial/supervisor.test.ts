@@ -22,7 +22,7 @@ t.teardown(() => fs.rmSync(dataDir, { recursive: true, force: true }))
 const { ports, env: portEnv } = await fleetPorts()
 const redis = await startRedis(t)
 const supEnv = { ...process.env, ...db.env, DATABASE_URL: db.superUrl, DATA_DIR: dataDir, FLEET_DIST: DIST_DIR, FLEET_PREBUILT: 'true', FLEET_NODE_ARGS_TAX: '--max-old-space-size=200', ...portEnv }
-const sup = spawn(process.execPath, [...TS_LOADER, 'services/supervisor/main.ts'], {
+const sup = spawn(process.execPath, ['--expose-gc', ...TS_LOADER, 'services/supervisor/main.ts'], {
   cwd: ROOT,
   env: { ...supEnv, GATEWAY_REPLICAS: '2', REDIS_URL: redis.url },
   stdio: ['ignore', 'pipe', 'pipe'],
@@ -33,7 +33,7 @@ readline.createInterface({ input: sup.stderr! }).on('line', l => lines.push(l))
 t.teardown(() => { if (sup.exitCode === null) sup.kill('SIGKILL') })
 
 t.test('two gateways without REDIS_URL: refused in one line, nothing started', async t => {
-  const refused = spawn(process.execPath, [...TS_LOADER, 'services/supervisor/main.ts'], { cwd: ROOT, env: { ...supEnv, GATEWAY_REPLICAS: '2', REDIS_URL: '' }, stdio: ['ignore', 'pipe', 'pipe'] })
+  const refused = spawn(process.execPath, ['--expose-gc', ...TS_LOADER, 'services/supervisor/main.ts'], { cwd: ROOT, env: { ...supEnv, GATEWAY_REPLICAS: '2', REDIS_URL: '' }, stdio: ['ignore', 'pipe', 'pipe'] })
   t.teardown(() => { if (refused.exitCode === null) refused.kill('SIGKILL') })
   let out = ''
   refused.stdout!.on('data', (b: Buffer) => { out += String(b) })

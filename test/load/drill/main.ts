@@ -275,7 +275,8 @@ async function main (): Promise<number> {
     // answer as the client sees it, from its scheduled send to its answer (through
     // the gateway); the lane's own decision (Server-Timing admit), its whole
     // answer, the commit included (Server-Timing answer), and the gateway's
-    // (Server-Timing gateway: arrival there to the answer ready) beside it.
+    // (Server-Timing gateway: arrival there to the answer ready) beside it. A
+    // fleet the drill did not start shows them with GATEWAY_SERVER_TIMING=on.
     const shedClient = newHistogram(); const shedLane = newHistogram(); const shedAnswer = newHistogram(); const shedGateway = newHistogram()
     let shedCount = 0; let shedUnder = 0
     const taxCodes: Record<string, number> = {}
