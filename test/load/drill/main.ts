@@ -343,11 +343,15 @@ async function main (): Promise<number> {
     // ---- run ------------------------------------------------------------------
     console.log(`drill ${runId}: card ${P.cardRate}/s, tax ${P.taxRate}/s, ${P.stormClients} retrying clients; baseline ${B} s, fault ${F} s (${faultText}), recovery ${R} s`)
     const faultMarks = { setAt: NaN, clearedAt: NaN, clearedWall: NaN }
-    // The provider's own count of the quotes it was asked (a fleet started here: its sandbox).
+    // The provider's own count of the quotes it was asked (a fleet started here: its
+    // sandbox). Under its latency fault only those it labelled `slow`: the calls that
+    // arrived while the fault was on, not the ones made at normal latency while the
+    // deck set and cleared it.
+    const callMode = faultName === 'slow-provider' ? 'mode="slow"' : ''
     const providerCalls = async (): Promise<number | null> => {
       if (!fleet.sandboxUrl) return null
       const text = await (await fetch(`${fleet.sandboxUrl}/metrics`)).text()
-      return [...text.matchAll(/^sandbox_quotes_total\{[^}]*\} (\S+)$/gm)].reduce((n, m) => n + Number(m[1]), 0)
+      return [...text.matchAll(/^sandbox_quotes_total\{([^}]*)\} (\S+)$/gm)].filter(m => m[1]!.includes(callMode)).reduce((n, m) => n + Number(m[2]), 0)
     }
     const callsAt: Array<number | null> = []
     // worker-tax's own probes of the provider (its breaker's, from its /status).
