@@ -176,7 +176,7 @@ return 1
  * Not on a count alone: under load the decisions in flight during one short
  * stall of a busy host all miss their budget together, and a plain "3 in a
  * row" opens every few seconds under load and sends a large share of the
- * decisions local each time (npm run bench:cost -- --redis).
+ * decisions local each time (npm run bench -- cost --redis).
  */
 export class StallBreaker implements IBreaker {
   state = { failures: 0, since: 0 }

@@ -3,7 +3,7 @@
 // retry guard, body, PAN check, schema, proxy, the lane's writer) until V8 has
 // compiled it. A fleet that starts cold and takes full load at once otherwise
 // spends its first seconds at a much higher CPU cost per request, fills the
-// cores and sheds (npm run bench:slow-start, docs/benchmarks.md).
+// cores and sheds (npm run bench -- slow-start, docs/benchmarks.md).
 //
 // Nothing of it is a payment: the warm-up's requests carry a key made for it
 // (random, in this process's memory only, forgotten when the warm-up ends), so

@@ -47,6 +47,10 @@ t.test('the Dockerfile: multi-stage, production dependencies, non-root, health c
   t.match(stage('build').text, /sh deploy\/build-dist\.sh dist/, 'the build stage runs the script this test runs')
   t.notMatch(dockerfile, /npm uninstall/, 'nothing installed is taken out again')
   for (const p of DEV_ONLY) t.ok(pkg.devDependencies[p] && !pkg.dependencies[p], `${p} is a dev dependency`)
+  // The benchmarks' own libraries: in their workspace, dev there, so never in an install without dev.
+  const bench = JSON.parse(fs.readFileSync(path.join(ROOT, 'benchmarks/package.json'), 'utf8')) as { dependencies?: object, devDependencies: Record<string, string> }
+  t.same(bench.dependencies ?? {}, {}, 'the benchmarks package has no production dependencies')
+  for (const p of Object.keys(bench.devDependencies)) t.ok(lock.packages[`node_modules/${p}`]?.dev && !pkg.dependencies[p] && !pkg.devDependencies[p], `${p} belongs to the benchmarks alone`)
   t.equal(stage('demo').from, 'base')
   t.match(stage('demo').text, /^COPY --from=deps \/app\/node_modules node_modules$/m, 'the demo image: the production dependencies…')
   t.match(stage('demo').text, /^COPY --from=build \/src\/node_modules\/sales-tax node_modules\/sales-tax$/m, '…and the sandbox\'s rates')

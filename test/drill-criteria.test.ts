@@ -1,8 +1,8 @@
 // MC-RT-01's verdict: every criterion passes on good figures, and each one
 // fails on its own bad figure (the drill exits 1 then).
 import t from 'tap'
-import { evaluate, type DrillFigures } from './load/drill/criteria.ts'
-import { renderReport } from './load/drill/html-report.ts'
+import { evaluate, type DrillFigures } from '../benchmarks/drill/criteria.ts'
+import { renderReport } from '../benchmarks/drill/html-report.ts'
 
 const good = (): DrillFigures => ({
   card: { fault: { count: 1000, p50Ms: 8, p99Ms: 60, maxMs: 110 }, errors: 0 },

@@ -3,7 +3,7 @@
 import http from 'node:http'
 import t from 'tap'
 import { Pool } from 'undici'
-import { runOpenLoop, summary } from './load/open-loop.ts'
+import { runOpenLoop, summary } from '../benchmarks/open-loop.ts'
 
 async function server (delayMs: number) {
   const s = http.createServer((_req, res) => setTimeout(() => res.end('ok'), delayMs))

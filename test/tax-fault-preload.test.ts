@@ -1,4 +1,4 @@
-// The benchmark's tax fault preload (test/load/faults/) switched on and off
+// The benchmark's tax fault preload (benchmarks/faults/) switched on and off
 // through its control file, in a real process with two Fastify apps on the same
 // route: the tax lane's (it serves GET /compensation) and a gateway-like one.
 // CPU is read from /proc as counts of work done, never as a latency bound.
@@ -10,8 +10,8 @@ import readline from 'node:readline'
 import t from 'tap'
 import { call, eventually } from './helpers/http.ts'
 import { ROOT } from './helpers/procs.ts'
-import { compilePreload, FaultSwitch, taxNodeArgs } from './load/faults/control.ts'
-import { cpuUs } from './load/proc-cpu.ts'
+import { compilePreload, FaultSwitch, taxNodeArgs } from '../benchmarks/faults/control.ts'
+import { cpuUs } from '../benchmarks/proc-cpu.ts'
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wt-fault-'))
 t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))

@@ -28,6 +28,6 @@ export const SUPERVISOR_ENV = Type.Object({
   FLEET_NODE_ARGS: Type.String({ default: '', description: 'node flags for every child, e.g. --cpu-prof --cpu-prof-dir=/tmp/prof (flags NODE_OPTIONS does not allow)' }),
   FLEET_PREBUILT: Type.Boolean({ default: false, description: 'use FLEET_DIST as it is (tests build it once for the run)' }),
   LOG_FORMAT: Type.Optional(Type.Union(LOG_FORMATS.map(f => Type.Literal(f)), { description: 'the children\'s log format; unset: pretty when stdout is a terminal, else json' })),
-  // A benchmark's fault preload and heap limit on the tax lane alone (npm run bench:compare).
+  // A benchmark's fault preload and heap limit on the tax lane alone (npm run bench -- compare).
   ...Object.fromEntries(CHILD_NAMES.map(c => [nodeArgsVar(c), Type.String({ default: '', description: `node flags for the ${c} child only, after FLEET_NODE_ARGS` })])),
 })

@@ -57,7 +57,7 @@
 //  5. (chosen) 4 with shares: the exclusive lock only to grow a share; the
 //     steady state claims under the shared lock, and the commits of both
 //     workers share WAL flushes, so the limit costs nothing measurable
-//     (`npm run bench:queue -- --peers`).
+//     (`npm run bench -- queue --peers`).
 import type { Db, Job } from './types.ts'
 
 export interface ClaimRequest {

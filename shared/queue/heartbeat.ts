@@ -5,7 +5,7 @@
 // worker's own fetch (jobs.fetch archives it) or judged by a rescue, and either
 // decides its fate without the heartbeat. Waiting instead deadlocked with the
 // worker's own fetch cycle (each locking the other's next row: seen in
-// `npm run bench:queue` at MaxWorkers 10), and the heartbeat failed.
+// `npm run bench -- queue` at MaxWorkers 10), and the heartbeat failed.
 import type { Db } from './types.ts'
 
 export async function heartbeat (db: Db, ids: Array<{ id: string, lease: string }>): Promise<number> {

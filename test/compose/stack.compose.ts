@@ -16,7 +16,7 @@ import {
   expectedContainers, stackOf, up, waitHealthy, writeCredentials, type StackOptions,
 } from '../../deploy/compose/stack.ts'
 import { call, eventually, type Res } from '../helpers/http.ts'
-import { runOpenLoop, summary } from '../load/open-loop.ts'
+import { runOpenLoop, summary } from '../../benchmarks/open-loop.ts'
 
 const run = promisify(execFile)
 const PROJECT_PREFIX = 'wt-compose-test-'

@@ -1,7 +1,7 @@
 // A small HTTP client for tests on undici: JSON in, status/headers/JSON out.
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Agent, request } from 'undici'
-import { serverTiming } from '../load/run-info.ts'
+import { serverTiming } from '../../benchmarks/run-info.ts'
 
 export const agent = new Agent({ connections: 512, pipelining: 1 })
 

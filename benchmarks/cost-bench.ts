@@ -1,4 +1,4 @@
-// `npm run bench:cost`: what one card authorization costs in CPU, process by
+// `npm run bench -- cost`: what one card authorization costs in CPU, process by
 // process. Starts the fleet (npm start's supervisor, its own data directory and
 // ports), drives POST /v1/authorizations through the gateway open loop at each
 // given rate, and reads every fleet process's CPU (and every PostgreSQL backend's,
@@ -17,7 +17,7 @@ import { spawn, type ChildProcess } from 'node:child_process'
 import path from 'node:path'
 import pg from 'pg'
 import { Pool } from 'undici'
-import { loadCardToken, seedLoadCards } from '../../services/card-auth/seed.ts'
+import { loadCardToken, seedLoadCards } from '../services/card-auth/seed.ts'
 import { fillAuthorizations } from './card-table.ts'
 import { runOpenLoop, summary } from './open-loop.ts'
 import { hasTaskset, pinSelf, startLocalFleet } from './local-fleet.ts'
@@ -37,7 +37,7 @@ const { values: a } = parseFlags({ options: {
 const rates = a.rates!.split(',').map(Number)
 const seconds = numberFlag(a, 'seconds', 1, 3_600)
 const rounds = numberFlag(a, 'rounds', 1, 20)
-const command = `npm run bench:cost -- --rates ${a.rates} --seconds ${seconds}${a.redis ? ` --redis --rounds ${rounds}` : ''}${a.rows !== '200000' ? ` --rows ${a.rows}` : ''}${a['fleet-cpus'] ? ` --fleet-cpus ${a['fleet-cpus']}` : ''}${a['generator-cpus'] ? ` --generator-cpus ${a['generator-cpus']}` : ''}`
+const command = `npm run bench -- cost --rates ${a.rates} --seconds ${seconds}${a.redis ? ` --redis --rounds ${rounds}` : ''}${a.rows !== '200000' ? ` --rows ${a.rows}` : ''}${a['fleet-cpus'] ? ` --fleet-cpus ${a['fleet-cpus']}` : ''}${a['generator-cpus'] ? ` --generator-cpus ${a['generator-cpus']}` : ''}`
 const LANE_SIDE = ['card-auth', 'pg:card_auth_ds']
 
 /** The server's WAL so far (pg_stat_wal): bytes, and full-page images among them. */

@@ -1,4 +1,4 @@
-// `npm run bench:authorize`: what card_auth.authorize_batch (the card-auth lane's
+// `npm run bench -- authorize`: what card_auth.authorize_batch (the card-auth lane's
 // group commit) costs PostgreSQL per authorization, alone. One connection to an
 // embedded server of its own calls it with batches of new keys spread over 1,000
 // load cards, in autocommit (each batch durable when it returns, as the lane's
@@ -9,9 +9,9 @@
 // alternated run by run.
 import crypto from 'node:crypto'
 import pg from 'pg'
-import { bootstrapDatabase, localSecrets } from '../../shared/db/bootstrap.ts'
-import { loadCardToken, seedLoadCards } from '../../services/card-auth/seed.ts'
-import { functionAsOf } from '../helpers/migrations.ts'
+import { bootstrapDatabase, localSecrets } from '../shared/db/bootstrap.ts'
+import { loadCardToken, seedLoadCards } from '../services/card-auth/seed.ts'
+import { functionAsOf } from '../test/helpers/migrations.ts'
 import { fillAuthorizations } from './card-table.ts'
 import { cpuUs } from './proc-cpu.ts'
 import { gitCommit, machine, numberFlag, parseFlags } from './run-info.ts'
@@ -22,13 +22,13 @@ const { values: a } = parseFlags({ options: {
   rounds: { type: 'string', default: '3' },
   baseline: { type: 'string' },
   rows: { type: 'string', default: '200000' },
-} }, 'npm run bench:authorize -- [--sizes 1,4,8,16] [--authorizations 2000] [--rounds 3] [--rows 200000] [--baseline 0009]')
+} }, 'npm run bench -- authorize [--sizes 1,4,8,16] [--authorizations 2000] [--rounds 3] [--rows 200000] [--baseline 0009]')
 const sizes = String(a.sizes).split(',').map(Number)
 if (sizes.some(s => !Number.isInteger(s) || s < 1 || s > 500)) throw new Error('--sizes: batch sizes from 1 to 500')
 const perRun = numberFlag(a, 'authorizations', 10, 1_000_000)
 const rounds = numberFlag(a, 'rounds', 1, 50)
 const argv = process.argv.slice(2)
-const command = `npm run bench:authorize${argv.length ? ' -- ' + argv.join(' ') : ''}`
+const command = `npm run bench -- authorize${argv.length ? ' -- ' + argv.join(' ') : ''}`
 
 const dataDir = '.data/bench-authorize'
 const db = await bootstrapDatabase({ dataDir, port: 18391, database: 'bench', secrets: localSecrets(dataDir), log: m => console.error(m) })

@@ -1,4 +1,4 @@
-// `npm run bench:queue [-- --peers]`: the job queue's throughput on this
+// `npm run bench -- queue [--peers]`: the job queue's throughput on this
 // machine, on one embedded PostgreSQL of its own (default settings, durable:
 // fsync and synchronous_commit on). No-op jobs. For each subject, in one run,
 // back to back, `--rounds` times (the table gives the range):
@@ -15,12 +15,12 @@
 // Ours runs twice: as library calls in this process, and through two of the
 // fleet's worker processes. With --peers, pg-boss and graphile-worker run
 // beside it through their public APIs, each in its own database on the same
-// server. test/load/queue-bench/*.ts hold the subjects.
+// server. benchmarks/queue-bench/*.ts hold the subjects.
 import { execFileSync } from 'node:child_process'
 import os from 'node:os'
 import pg from 'pg'
-import { bootstrapDatabase, localSecrets } from '../../shared/db/bootstrap.ts'
-import { jobsRoleName } from '../../shared/lanes.ts'
+import { bootstrapDatabase, localSecrets } from '../shared/db/bootstrap.ts'
+import { jobsRoleName } from '../shared/lanes.ts'
 import { gitCommit, machine, numberFlag, parseFlags } from './run-info.ts'
 import type { Figures } from './queue-bench/measure.ts'
 import { oursLibrary, oursWorkers } from './queue-bench/ours.ts'
@@ -51,7 +51,7 @@ const o = {
   capMs: numberFlag(a, 'cap-s', 1, 3_600) * 1000, pairs: numberFlag(a, 'pairs', 1, 20),
 }
 const argv = process.argv.slice(2)
-const command = `npm run bench:queue${argv.length ? ' -- ' + argv.join(' ') : ''}`
+const command = `npm run bench -- queue${argv.length ? ' -- ' + argv.join(' ') : ''}`
 const only = new Set(String(a.only).split(',').filter(Boolean))
 
 const dataDir = '.data/bench-queue'

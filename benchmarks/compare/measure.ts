@@ -4,7 +4,7 @@
 // time, and each row's figures are cut from them afterwards, so a request
 // counts in the window it was sent in, however late it was answered.
 import { Pool, errors, request } from 'undici'
-import { loadCardToken } from '../../../services/card-auth/seed.ts'
+import { loadCardToken } from '../../services/card-auth/seed.ts'
 import { newHistogram, runOpenLoop, summary } from '../open-loop.ts'
 import { gatewayPost, sleep } from '../run-info.ts'
 import type { FaultName } from '../faults/spec.ts'

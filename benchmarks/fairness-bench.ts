@@ -1,4 +1,4 @@
-// `npm run bench:fairness`: does one merchant's flash sale cost anyone else
+// `npm run bench -- fairness`: does one merchant's flash sale cost anyone else
 // anything? Issue 44's scenario, FIFO and fair side by side in one run: a fleet
 // from `npm start` with CARD_AUTH_FAIR_BY=off, then one with the default
 // (merchant), each with 1,000 load cards. In each, 20 quiet merchants at
@@ -12,8 +12,8 @@
 import os from 'node:os'
 import pg from 'pg'
 import { Pool } from 'undici'
-import { Bulkhead, type Permit } from '../../shared/bulkhead.ts'
-import { loadCardToken, seedLoadCards } from '../../services/card-auth/seed.ts'
+import { Bulkhead, type Permit } from '../shared/bulkhead.ts'
+import { loadCardToken, seedLoadCards } from '../services/card-auth/seed.ts'
 import { runOpenLoop, summary, type OpenLoopResult } from './open-loop.ts'
 import { pinSelf, startLocalFleet } from './local-fleet.ts'
 import { gatewayPost, gitCommit, machine, numberFlag, parseFlags, sleep } from './run-info.ts'
@@ -33,7 +33,7 @@ const { values: a } = parseFlags({
     rounds: { type: 'string', default: '1' },
     only: { type: 'string' },
   },
-}, 'usage: npm run bench:fairness -- [--seconds 20] [--quiet-rate 10] [--hot-rate 2400] [--tenants 10000] [--only decisions|fleet]')
+}, 'usage: npm run bench -- fairness [--seconds 20] [--quiet-rate 10] [--hot-rate 2400] [--tenants 10000] [--only decisions|fleet]')
 const seconds = numberFlag(a, 'seconds', 1, 600)
 const quietRate = numberFlag(a, 'quiet-rate', 1, 1_000)
 const hotRate = numberFlag(a, 'hot-rate', 1, 20_000)
@@ -41,7 +41,7 @@ const tenants = numberFlag(a, 'tenants', 1, 1_000_000)
 const rounds = numberFlag(a, 'rounds', 1, 10)
 const hotCards = numberFlag(a, 'hot-cards', 1, 1_000)
 const QUIET = 20
-const command = `npm run bench:fairness -- --seconds ${seconds} --quiet-rate ${quietRate} --hot-rate ${hotRate} --tenants ${tenants} --hot-cards ${hotCards} --cpus ${a.cpus} --rounds ${rounds}${a.only ? ` --only ${a.only}` : ''}`
+const command = `npm run bench -- fairness --seconds ${seconds} --quiet-rate ${quietRate} --hot-rate ${hotRate} --tenants ${tenants} --hot-cards ${hotCards} --cpus ${a.cpus} --rounds ${rounds}${a.only ? ` --only ${a.only}` : ''}`
 
 // ---- the bulkhead alone ----------------------------------------------------
 

@@ -9,7 +9,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import readline from 'node:readline'
-import { WORKER_LANES } from '../../services/supervisor/config.ts'
+import { WORKER_LANES } from '../services/supervisor/config.ts'
 
 export interface LocalFleet {
   gatewayUrl: string
@@ -38,7 +38,7 @@ export async function startLocalFleet (opts: { dataDir: string, basePort: number
   // GATEWAY_SERVER_TIMING: the drill and the benchmarks read shed answers' timings.
   const env = { ...process.env, DATA_DIR: opts.dataDir, QUIET: 'true', LOG_LEVEL: 'warn', GATEWAY_SERVER_TIMING: 'on', ...Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])), ...opts.env }
   const pin = opts.cpus && hasTaskset() ? opts.cpus : undefined
-  const root = path.resolve(import.meta.dirname, '../..')
+  const root = path.resolve(import.meta.dirname, '..')
   // An IPC channel, so the supervisor drains and stops the fleet if this process dies without stopping it.
   // `npm start`'s own launcher: the supervisor compiled, as a user runs it.
   const child: ChildProcess = spawn(process.execPath, ['--expose-gc', 'services/supervisor/start.mjs'], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe', 'ipc'] })

@@ -1,4 +1,4 @@
-// The peers in `npm run bench:queue -- --peers`: pg-boss and graphile-worker,
+// The peers in `npm run bench -- queue --peers`: pg-boss and graphile-worker,
 // through their public APIs, each in a database of its own on the same server
 // as ours, with the settings their own docs give for throughput:
 //  - graphile-worker 0.18: concurrentJobs 24, maxPoolSize 25, localQueue 500,

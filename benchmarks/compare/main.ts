@@ -1,4 +1,4 @@
-// `npm run bench:compare` — BULKHEAD-PAY-001's comparison table, measured on
+// `npm run bench -- compare` — BULKHEAD-PAY-001's comparison table, measured on
 // this machine with the fleet's own code in three topologies:
 //
 //   A  one process, one shared pg pool of 60, one admission limit of 500 in flight
@@ -8,7 +8,7 @@
 // and under several faults of the tax lane (--faults): a slow provider (the
 // sandbox answers in 8,000 ms, with the tax quote deadline at the spec's 10 s
 // socket timeout, as in INC-4491), and faults in the tax lane's own code — cpu,
-// loop-block, memory, crash — put there by a preload (test/load/faults/) on the
+// loop-block, memory, crash — put there by a preload (benchmarks/faults/) on the
 // process that runs tax code, the same way in every topology, together with a
 // heap limit (--tax-heap-mb). A monolith that dies is restarted by this bench
 // (nothing else would); the fleet's tax lane by its supervisor.
@@ -21,8 +21,8 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import pg from 'pg'
-import { seedLoadCards } from '../../../services/card-auth/seed.ts'
-import { bootstrapDatabase, localSecrets } from '../../../shared/db/bootstrap.ts'
+import { seedLoadCards } from '../../services/card-auth/seed.ts'
+import { bootstrapDatabase, localSecrets } from '../../shared/db/bootstrap.ts'
 import { pinSelf } from '../local-fleet.ts'
 import { gitCommit, machine as machineLine, numberFlag, parseFlags, sleep } from '../run-info.ts'
 import { compilePreload, FaultSwitch, taxNodeArgs } from '../faults/control.ts'
@@ -31,7 +31,7 @@ import { measure, type FaultHook, type Row } from './measure.ts'
 import { renderDoc } from './report.ts'
 import { dataDirOf, DESCRIBE, startFleet, startMonolith, startSandbox, type Common, type System, type Topology } from './systems.ts'
 
-const HELP = `npm run bench:compare -- [flags]
+const HELP = `npm run bench -- compare [flags]
   --faults LIST        ${FAULTS.join(',')} (default slow-provider)
   --topologies LIST    A,B,C (default C,A,B; C runs first: it writes the API key and tax certificate)
   --fault-seconds N    each fault's window (30); --baseline-seconds (10), --recovery-seconds (30), --warmup-seconds (20)
@@ -75,8 +75,8 @@ const topologies = a.topologies!.split(',').map(s => s.trim().toUpperCase()) as 
 if (!parsed || !topologies.every(t => ['A', 'B', 'C'].includes(t))) { console.error(HELP); process.exit(2) }
 const faults: FaultName[] = parsed
 const argv = process.argv.slice(2).join(' ')
-const command = `npm run bench:compare${argv ? ' -- ' + argv : ''}`
-const root = path.resolve(import.meta.dirname, '../../..')
+const command = `npm run bench -- compare${argv ? ' -- ' + argv : ''}`
+const root = path.resolve(import.meta.dirname, '../..')
 const dataDir = dataDirOf(root)
 const SERVER_CPU = '0'
 

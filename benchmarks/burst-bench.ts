@@ -1,4 +1,4 @@
-// `npm run bench:burst`: the shed paths in a burst (issue 15 item 4). Starts the
+// `npm run bench -- burst`: the shed paths in a burst (issue 15 item 4). Starts the
 // fleet (npm start's supervisor, its own data directory and ports), warms the
 // client's and the gateway's connections, then, with the tax provider at 8 s:
 // rounds of N tax quotes sent at once through the gateway. Every quote beyond the
@@ -28,7 +28,7 @@ const rounds = numberFlag(a, 'rounds', 1, 100)
 const providerMs = numberFlag(a, 'provider-latency-ms', 0, 60_000)
 const limitMs = numberFlag(a, 'limit-ms', 0, 10_000)
 const argv = process.argv.slice(2).join(' ')
-const command = `npm run bench:burst${argv ? ' -- ' + argv : ''}`
+const command = `npm run bench -- burst${argv ? ' -- ' + argv : ''}`
 
 const pct = (xs: number[], p: number): number => { const s = [...xs].sort((x, y) => x - y); return s.length ? s[Math.min(s.length - 1, Math.ceil(p * s.length) - 1)]! : NaN }
 const f = (x: number): string => Number.isFinite(x) ? x.toFixed(2) : '–'

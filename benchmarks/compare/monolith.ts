@@ -12,22 +12,22 @@
 // Both are made here, around the lane apps as the fleet builds them: the lane
 // kit has no option for them.
 //
-// Only npm run bench:compare starts this. Env: DATABASE_URL, DATA_DIR (the
+// Only npm run bench -- compare starts this. Env: DATABASE_URL, DATA_DIR (the
 // fleet's: API keys and the tax certificate), GATEWAY_PORT, TAX_PROVIDER_URL,
 // TAX_QUOTE_DEADLINE_MS. Prints one JSON line {"up":true,...} when listening.
 import path from 'node:path'
 import pg from 'pg'
-import { buildApp as buildGateway } from '../../../gateway/app.ts'
-import { fileKeySource } from '../../../gateway/auth.ts'
-import { RETRY_GUARD_DEFAULTS } from '../../../gateway/retry-guard.ts'
-import { buildApp as buildCardAuth } from '../../../services/card-auth/app.ts'
-import { buildApp as buildFraud } from '../../../services/fraud/app.ts'
-import { buildApp as buildTax } from '../../../services/tax/app.ts'
-import { DEFAULT_TABLE_FILE } from '../../../services/tax/compensation/table.ts'
-import { TAX_ENV } from '../../../services/tax/config.ts'
-import { loadConfig } from '../../../shared/config.ts'
-import { Bulkhead } from '../../../shared/bulkhead.ts'
-import { LANE_NAMES, envPrefix, laneLimits, type LaneLimits, type LaneName } from '../../../shared/lanes.ts'
+import { buildApp as buildGateway } from '../../gateway/app.ts'
+import { fileKeySource } from '../../gateway/auth.ts'
+import { RETRY_GUARD_DEFAULTS } from '../../gateway/retry-guard.ts'
+import { buildApp as buildCardAuth } from '../../services/card-auth/app.ts'
+import { buildApp as buildFraud } from '../../services/fraud/app.ts'
+import { buildApp as buildTax } from '../../services/tax/app.ts'
+import { DEFAULT_TABLE_FILE } from '../../services/tax/compensation/table.ts'
+import { TAX_ENV } from '../../services/tax/config.ts'
+import { loadConfig } from '../../shared/config.ts'
+import { Bulkhead } from '../../shared/bulkhead.ts'
+import { LANE_NAMES, envPrefix, laneLimits, type LaneLimits, type LaneName } from '../../shared/lanes.ts'
 
 const env = process.env
 const topology = env.TOPOLOGY

@@ -5,7 +5,7 @@
 // idle machine:
 //   - paced requests at --rates (the drill's tax stream is 150/s), latency from
 //     each request's scheduled send time, along paths that grow towards the
-//     fleet's, from a C client (test/load/floor/pingpong.c, when a C compiler is
+//     fleet's, from a C client (benchmarks/floor/pingpong.c, when a C compiler is
 //     here): to a C server on loopback (the machine alone), to a bare node:http
 //     server answering at once, through a bare proxy (node:http and an undici
 //     Pool, the gateway's hop) to it, and through the proxy to a bare server
@@ -24,7 +24,7 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import pg from 'pg'
 import { Pool } from 'undici'
-import { bootstrapDatabase, localSecrets } from '../../shared/db/bootstrap.ts'
+import { bootstrapDatabase, localSecrets } from '../shared/db/bootstrap.ts'
 import { newHistogram, runOpenLoop, summary } from './open-loop.ts'
 import { gitCommit, machine, numberFlag, parseFlags, serverTiming } from './run-info.ts'
 

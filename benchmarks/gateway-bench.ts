@@ -1,4 +1,4 @@
-// `npm run bench:gateway`: the latency the gateway adds over calling the lane
+// `npm run bench -- gateway`: the latency the gateway adds over calling the lane
 // directly, at a fixed open-loop request rate. Same requests, same lane, same
 // run: direct and through the gateway alternate (A B A B) so machine noise hits
 // both alike. Prints p50/p99 and the gateway's added latency.
@@ -10,7 +10,7 @@ import { parseFlags } from './run-info.ts'
 
 const { values: a } = parseFlags({ options: { rate: { type: 'string', default: '200' }, seconds: { type: 'string', default: '10' }, rounds: { type: 'string', default: '2' } } })
 const rate = Number(a.rate); const seconds = Number(a.seconds); const rounds = Number(a.rounds)
-const command = `npm run bench:gateway -- --rate ${rate} --seconds ${seconds} --rounds ${rounds}`
+const command = `npm run bench -- gateway --rate ${rate} --seconds ${seconds} --rounds ${rounds}`
 
 const fleet = await startLocalFleet({ dataDir: '.data/bench-gateway', basePort: 18080, cpus: '0' })
 const pinned = pinSelf('1')

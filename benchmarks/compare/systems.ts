@@ -1,12 +1,12 @@
-// The three systems under test of `npm run bench:compare`, each with the tax
-// fault preload (test/load/faults/) and heap limit on the process that runs tax
+// The three systems under test of `npm run bench -- compare`, each with the tax
+// fault preload (benchmarks/faults/) and heap limit on the process that runs tax
 // code: the whole monolith in A and B, the tax lane alone in C. Nothing else
 // differs from how each would run.
 import { spawn, type ChildProcess } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import readline from 'node:readline'
-import { waitHealthy } from '../../../services/supervisor/child.ts'
+import { waitHealthy } from '../../services/supervisor/child.ts'
 import { descendants, hasTaskset, startLocalFleet } from '../local-fleet.ts'
 import { sleep } from '../run-info.ts'
 
@@ -66,7 +66,7 @@ export async function startMonolith (c: Common, topology: 'A' | 'B', env: Record
   const restarts: number[] = []
   const launch = (): Promise<{ gatewayUrl: string }> => {
     // The heap limit and the preload go to node itself, before tsx.
-    const [cmd, argv] = pinned(c, [...c.taxNodeArgs, '--import', 'tsx', 'test/load/compare/monolith.ts'])
+    const [cmd, argv] = pinned(c, [...c.taxNodeArgs, '--import', 'tsx', 'benchmarks/compare/monolith.ts'])
     child = spawn(cmd, argv, {
       cwd: c.root, stdio: ['ignore', 'pipe', 'inherit'],
       env: { ...process.env, ...env, ...c.faultEnv, TOPOLOGY: topology, GATEWAY_PORT: String(c.basePort + 40), LOG_LEVEL: 'error' },

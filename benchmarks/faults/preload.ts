@@ -17,7 +17,7 @@
 // serves GET /compensation (the tax lane's), found through the tracing channel
 // Fastify 5 publishes around every route handler (lib/handle-request.js), so the
 // gateway's route of the same path in a monolith is not hit. Compiled on its own
-// (test/load/faults/control.ts) and loaded without a TypeScript loader, so it
+// (benchmarks/faults/control.ts) and loaded without a TypeScript loader, so it
 // imports node builtins only.
 import diagnostics from 'node:diagnostics_channel'
 import fs from 'node:fs'

@@ -1,4 +1,4 @@
-// `npm run bench:slow-start`: what a card-auth replica that has just started
+// `npm run bench -- slow-start`: what a card-auth replica that has just started
 // costs the traffic it receives, against the same run's steady state.
 //
 // - `npm start` (--target local): the fleet started, then card authorizations
@@ -21,12 +21,12 @@ import { promisify } from 'node:util'
 import * as hdr from 'hdr-histogram-js'
 import pg from 'pg'
 import { Pool } from 'undici'
-import { loadCardToken, seedLoadCards } from '../../services/card-auth/seed.ts'
-import { createKey } from '../../shared/api-keys.ts'
+import { loadCardToken, seedLoadCards } from '../services/card-auth/seed.ts'
+import { createKey } from '../shared/api-keys.ts'
 import {
   buildImages, composeCommand, composeExec, down, ensureBaseImages, ensureEngine, ensureSecrets,
   expectedContainers, stackOf, up, waitHealthy, writeCredentials, type StackOptions,
-} from '../../deploy/compose/stack.ts'
+} from '../deploy/compose/stack.ts'
 import { newHistogram, runOpenLoop } from './open-loop.ts'
 import { descendants, startLocalFleet } from './local-fleet.ts'
 import { cpuByPid, cpuDeltaByLabel, cpuUs, fleetProcesses } from './proc-cpu.ts'
@@ -42,13 +42,13 @@ const { values: a } = parseFlags({ options: {
   'base-port': { type: 'string', default: '18680' },
   // Diagnosis: how long the fleet idles between up and the load.
   'idle-ms': { type: 'string', default: '0' },
-} }, 'usage: npm run bench:slow-start -- [--target local|compose|both] [--local-rate N] [--compose-rate N] [--seconds N] [--idle-ms N]')
+} }, 'usage: npm run bench -- slow-start [--target local|compose|both] [--local-rate N] [--compose-rate N] [--seconds N] [--idle-ms N]')
 if (!['local', 'compose', 'both'].includes(a.target!)) { console.error('--target must be local, compose or both'); process.exit(2) }
 const seconds = numberFlag(a, 'seconds', 20, 600)
 const localRate = numberFlag(a, 'local-rate', 1, 10_000)
 const composeRate = numberFlag(a, 'compose-rate', 1, 10_000)
 const basePort = numberFlag(a, 'base-port', 1_024, 60_000)
-const command = `npm run bench:slow-start -- --target ${a.target} --local-rate ${localRate} --compose-rate ${composeRate} --seconds ${seconds}`
+const command = `npm run bench -- slow-start --target ${a.target} --local-rate ${localRate} --compose-rate ${composeRate} --seconds ${seconds}`
 
 /** Every answer of a run: when it was scheduled (ms from the run's start), its latency, its status. */
 class Answers {

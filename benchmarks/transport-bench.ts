@@ -1,4 +1,4 @@
-// `npm run bench:transport`: what one HTTP hop costs in CPU on this machine with
+// `npm run bench -- transport`: what one HTTP hop costs in CPU on this machine with
 // nothing of ours in it, the floor under the gateway -> lane hop of
 // `bench:cost`. A bare node:http server (a child process, on cpu 0) answering a
 // small JSON body, and an undici Pool (this process, on cpu 1) posting to it
@@ -23,7 +23,7 @@ const { values: a } = parseFlags({ options: {
 const rate = numberFlag(a, 'rate', 1, 100_000)
 const seconds = numberFlag(a, 'seconds', 1, 3_600)
 const rounds = numberFlag(a, 'rounds', 1, 20)
-const command = `npm run bench:transport -- --rate ${rate} --seconds ${seconds} --rounds ${rounds}`
+const command = `npm run bench -- transport --rate ${rate} --seconds ${seconds} --rounds ${rounds}`
 
 const SERVER = `
 import http from 'node:http'

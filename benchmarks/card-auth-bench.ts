@@ -1,4 +1,4 @@
-// `npm run bench:card-auth`: card authorizations through the gateway, open loop.
+// `npm run bench -- card-auth`: card authorizations through the gateway, open loop.
 // Steps up the arrival rate to find the highest rate this machine sustains
 // (>= 99% answered 201 and p99 within the 120 ms SLA), then runs 1,400 req/s
 // (the spec's peak) and reports p50/p99 there, whatever the verdict.
@@ -6,7 +6,7 @@
 import os from 'node:os'
 import pg from 'pg'
 import { Pool } from 'undici'
-import { loadCardToken, seedLoadCards } from '../../services/card-auth/seed.ts'
+import { loadCardToken, seedLoadCards } from '../services/card-auth/seed.ts'
 import { runOpenLoop, summary } from './open-loop.ts'
 import { pinSelf, startLocalFleet } from './local-fleet.ts'
 import { gatewayPost, parseFlags } from './run-info.ts'
@@ -15,7 +15,7 @@ const { values: a } = parseFlags({ options: { seconds: { type: 'string', default
 const seconds = Number(a.seconds)
 const steps = a.steps!.split(',').map(Number)
 const peak = Number(a.peak)
-const command = `npm run bench:card-auth -- --seconds ${seconds} --steps ${a.steps} --peak ${peak}`
+const command = `npm run bench -- card-auth --seconds ${seconds} --steps ${a.steps} --peak ${peak}`
 
 const fleet = await startLocalFleet({ dataDir: '.data/bench-card-auth', basePort: 18280, cpus: '0' })
 const pinned = pinSelf('1')

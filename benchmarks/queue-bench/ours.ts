@@ -7,10 +7,10 @@ import { spawn, type ChildProcess } from 'node:child_process'
 import path from 'node:path'
 import readline from 'node:readline'
 import type pg from 'pg'
-import { updateQueue } from '../../../shared/queue/admin.ts'
-import { fetchJobs, type Done } from '../../../shared/queue/claim.ts'
-import { enqueue, enqueueMany } from '../../../shared/queue/enqueue.ts'
-import { workerGone, workerSeen } from '../../../shared/queue/workers.ts'
+import { updateQueue } from '../../shared/queue/admin.ts'
+import { fetchJobs, type Done } from '../../shared/queue/claim.ts'
+import { enqueue, enqueueMany } from '../../shared/queue/enqueue.ts'
+import { workerGone, workerSeen } from '../../shared/queue/workers.ts'
 import { concurrently, countRows, intervalsUs, maxOverlap, median, paced, percentile, settle, sleep, until, type Figures } from './measure.ts'
 
 export interface OursOptions {
@@ -135,7 +135,7 @@ export async function oursLibrary (o: OursOptions): Promise<Figures> {
 interface Workers { procs: ChildProcess[], stop (): Promise<void> }
 
 async function startWorkers (o: OursOptions, queues: string[], n: number, slots: number): Promise<Workers> {
-  const root = path.resolve(import.meta.dirname, '../../..')
+  const root = path.resolve(import.meta.dirname, '../..')
   const procs = Array.from({ length: n }, () => spawn(process.execPath, ['--import', 'tsx', 'services/worker/main.ts'], {
     cwd: root, stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, DATABASE_URL: o.jobsUrl, WORKER_QUEUES: queues.join(','), WORKER_SLOTS: String(slots), WORKER_PORT: '0', WORKER_REPLICAS: String(n), LOG_LEVEL: 'info' },

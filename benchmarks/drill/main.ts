@@ -18,7 +18,7 @@
 //
 // --fault slow-provider (default) is the sandbox's latency, set through the
 // deck, so it works against any fleet. cpu, loop-block, memory and crash are
-// put into the tax lane's own process by a preload (test/load/faults/) with a
+// put into the tax lane's own process by a preload (benchmarks/faults/) with a
 // heap limit (--tax-heap-mb), which only a fleet the drill starts itself can
 // carry: the deck has no admin route that loads code into, or kills, a lane's
 // process, so against --gateway/--deck only slow-provider is possible. For those
@@ -33,8 +33,8 @@ import { monitorEventLoopDelay } from 'node:perf_hooks'
 import pg from 'pg'
 import { Pool } from 'undici'
 import type * as hdr from 'hdr-histogram-js'
-import { loadCardToken, seedLoadCards } from '../../../services/card-auth/seed.ts'
-import { DECK_ROLE, JOBS_ROLE, LANE_DEFAULTS, LANE_NAMES } from '../../../shared/lanes.ts'
+import { loadCardToken, seedLoadCards } from '../../services/card-auth/seed.ts'
+import { DECK_ROLE, JOBS_ROLE, LANE_DEFAULTS, LANE_NAMES } from '../../shared/lanes.ts'
 import { newHistogram, runOpenLoop, summary } from '../open-loop.ts'
 import { pinSelf, startLocalFleet, type LocalFleet } from '../local-fleet.ts'
 import { gatewayPost, gitCommit, machine as machineLine, numberFlag, parseFlags, serverTiming, sleep } from '../run-info.ts'
@@ -74,7 +74,7 @@ const { values: a } = parseFlags({
   },
 }, 'npm run drill -- --help lists the flags')
 if (a.help) {
-  console.log(`npm run drill -- [flags]   (every flag: test/load/drill/main.ts)
+  console.log(`npm run drill -- [flags]   (every flag: benchmarks/drill/main.ts)
   --fault F         slow-provider (default) | cpu | loop-block | memory | crash
                     slow-provider: the tax sandbox answers in --fault-latency-ms (8000), set through the deck;
                       the only fault possible against a fleet the drill did not start (--gateway/--deck).
@@ -527,7 +527,7 @@ async function main (): Promise<number> {
     }
     const report = {
       drill: 'MC-RT-01', runId, command, date: new Date(wall0).toISOString(), commit, machine, placement,
-      load: { tool: 'test/load/open-loop.ts: open loop on undici, one scheduler per stream, latency from the scheduled send time into HDR histograms (hdr-histogram-js)', card: { rate: P.cardRate, sentRate: cardRun.sentRate, maxSendLagMs: cardRun.maxSendLagMs, sendLag: cardRun.sendLag, scheduled: cardRun.scheduled }, tax: { rate: P.taxRate, sentRate: taxRun.sentRate, maxSendLagMs: taxRun.maxSendLagMs, sendLag: taxRun.sendLag, scheduled: taxRun.scheduled }, retryingClient: { clients: P.stormClients, intervalMs: P.stormIntervalMs }, generatorEventLoopDelay: generatorDelay },
+      load: { tool: 'benchmarks/open-loop.ts: open loop on undici, one scheduler per stream, latency from the scheduled send time into HDR histograms (hdr-histogram-js)', card: { rate: P.cardRate, sentRate: cardRun.sentRate, maxSendLagMs: cardRun.maxSendLagMs, sendLag: cardRun.sendLag, scheduled: cardRun.scheduled }, tax: { rate: P.taxRate, sentRate: taxRun.sentRate, maxSendLagMs: taxRun.maxSendLagMs, sendLag: taxRun.sendLag, scheduled: taxRun.scheduled }, retryingClient: { clients: P.stormClients, intervalMs: P.stormIntervalMs }, generatorEventLoopDelay: generatorDelay },
       fault: { name: faultName, what: faultText, latencyMs: P.faultLatencyMs, normalLatencyMs: P.normalLatencyMs, seconds: F },
       phases, pass, criteria,
       card: { baseline: q(cardH.baseline), fault: q(cardH.fault), recovery: q(cardH.recovery), answers: { 201: acknowledged.size, ...cardCodes } },

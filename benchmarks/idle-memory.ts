@@ -1,4 +1,4 @@
-// `npm run bench:memory`: what the fleet holds in memory at idle (issue 15 item 5:
+// `npm run bench -- memory`: what the fleet holds in memory at idle (issue 15 item 5:
 // under 600 MB for the fleet's eight Node processes). Starts the fleet (npm start's
 // supervisor, its own data directory and ports), lets it idle, and prints the
 // resident set (VmRSS) and the private part of it (RssAnon: heap and code the
@@ -11,7 +11,7 @@
 import fs from 'node:fs'
 import pg from 'pg'
 import { Pool } from 'undici'
-import { loadCardToken, seedLoadCards } from '../../services/card-auth/seed.ts'
+import { loadCardToken, seedLoadCards } from '../services/card-auth/seed.ts'
 import { startLocalFleet } from './local-fleet.ts'
 import { runOpenLoop } from './open-loop.ts'
 import { cpuUs, fleetProcesses } from './proc-cpu.ts'
@@ -29,7 +29,7 @@ const loadRate = numberFlag(a, 'load-rate', 1, 10_000)
 const idleS = numberFlag(a, 'idle-seconds', 0, 3_600)
 const limitMb = numberFlag(a, 'limit-mb', 1, 1_000_000)
 const argv = process.argv.slice(2).join(' ')
-const command = `${process.env.FLEET_NODE_ARGS ? `FLEET_NODE_ARGS='${process.env.FLEET_NODE_ARGS}' ` : ''}npm run bench:memory${argv ? ' -- ' + argv : ''}`
+const command = `${process.env.FLEET_NODE_ARGS ? `FLEET_NODE_ARGS='${process.env.FLEET_NODE_ARGS}' ` : ''}npm run bench -- memory${argv ? ' -- ' + argv : ''}`
 
 /** RSS and its private part from /proc/<pid>/status; PSS (shared pages divided among the processes that map them) from smaps_rollup. */
 function memKb (pid: number): { rss: number, anon: number, pss: number } {

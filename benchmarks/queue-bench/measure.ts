@@ -1,4 +1,4 @@
-// What every subject of `npm run bench:queue -- --peers` is measured with, the
+// What every subject of `npm run bench -- queue --peers` is measured with, the
 // same way: throughput from a release to the moment the database shows every
 // job done (polled every 20 ms on a connection of its own), the most jobs ever
 // active at once from per-job start/end timestamps, and percentiles.
