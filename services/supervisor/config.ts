@@ -1,6 +1,6 @@
 // The supervisor's environment (npm start), validated at boot (main.ts);
 // docs/operations.md "Supervisor" lists it, held to it by test/config-docs.test.ts.
-import { Type } from 'typebox'
+import { Type, type Static } from 'typebox'
 import { FLEET, fleetProcess } from '../../shared/fleet.ts'
 import { LOG_FORMATS } from '../../shared/log-formats.ts'
 import { LANE_NAMES, LANE_QUEUES } from '../../shared/lanes.ts'
@@ -31,3 +31,6 @@ export const SUPERVISOR_ENV = Type.Object({
   // A benchmark's fault preload and heap limit on the tax lane alone (npm run bench -- compare).
   ...Object.fromEntries(CHILD_NAMES.map(c => [nodeArgsVar(c), Type.String({ default: '', description: `node flags for the ${c} child only, after FLEET_NODE_ARGS` })])),
 })
+
+/** The supervisor's settings, as loadConfig(SUPERVISOR_ENV, env) returns them. */
+export type SupervisorConfig = Readonly<Static<typeof SUPERVISOR_ENV>>
