@@ -15,8 +15,8 @@ export default tseslint.config(
     },
   },
   {
-    // The deck's page runs in the browser.
+    // The deck's page runs in the browser, as ES modules served as they are.
     files: ['services/deck/public/**/*.js'],
-    languageOptions: { sourceType: 'script', globals: { window: 'readonly', document: 'readonly', sessionStorage: 'readonly', fetch: 'readonly', CSS: 'readonly', setTimeout: 'readonly', clearTimeout: 'readonly', setInterval: 'readonly' } },
+    languageOptions: { sourceType: 'module', globals: { window: 'readonly', document: 'readonly', sessionStorage: 'readonly', fetch: 'readonly', CSS: 'readonly', setTimeout: 'readonly', clearTimeout: 'readonly', setInterval: 'readonly' } },
   },
 )

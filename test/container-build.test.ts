@@ -63,6 +63,9 @@ t.test('the build compiles to JavaScript with its run-time files', async t => {
   for (const f of ['services/main.js', 'services/healthcheck.js', 'shared/db/migrate-cli.js', 'gateway/main.js', 'services/deck/public/index.html', 'services/tax/compensation/rates-table.json', 'shared/db/migrations/0005_jobs.sql']) {
     t.ok(fs.existsSync(path.join(out, f)), f)
   }
+  const modules = fs.readdirSync(path.join(ROOT, 'services/deck/public/deck'))
+  t.ok(modules.includes('main.js'), 'the deck\'s page is ES modules')
+  for (const f of modules) t.ok(fs.existsSync(path.join(out, 'services/deck/public/deck', f)), `with its module deck/${f}`)
   t.notOk(fs.existsSync(path.join(out, 'test')), 'no tests in the image')
   // Every module services/main.ts starts by path is an entry of the bundle (deploy/bundle.mjs ENTRIES).
   const mainSrc = fs.readFileSync(path.join(ROOT, 'services/main.ts'), 'utf8')
@@ -149,6 +152,9 @@ t.test('the compiled entry migrates a fresh database, runs a lane and the deck, 
   const page = await call(deck + '/')
   t.equal(page.status, 200, 'the compiled deck serves its page')
   t.match(page.body, /The Deck/)
+  const entry = await call(deck + '/deck/main.js')
+  t.equal(entry.status, 200, 'and its modules')
+  t.match(entry.headers['content-type'], /^text\/javascript/)
 
   const health = path.join(out, 'services/healthcheck.js')
   t.equal((await exec(process.execPath, [health], { HEALTH_URL: lane + '/health/live' })).code, 0, 'health check passes on a live process')

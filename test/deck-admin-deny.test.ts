@@ -158,7 +158,7 @@ t.test('the spellings reach the admin routes: with the token they are served', a
 })
 
 t.test('unknown paths are 401 without the token, not 404', async t => {
-  for (const path of ['/nope', '/admin/nope', '/.env', '/../package.json', '/services/deck/main.ts', '/deck.js/x', '/vendor/', '/health', '/health/', '/metrics/x', '/openapi.json']) {
+  for (const path of ['/nope', '/admin/nope', '/.env', '/../package.json', '/services/deck/main.ts', '/deck.js', '/deck/', '/deck/nope.js', '/deck/main.js/x', '/deck/../package.json', '/vendor/', '/health', '/health/', '/metrics/x', '/openapi.json']) {
     for (const method of ['GET', 'POST', 'OPTIONS']) {
       const r = await raw(path, method, {})
       t.equal(r.status, 401, `${method} ${path}`)
@@ -167,7 +167,7 @@ t.test('unknown paths are 401 without the token, not 404', async t => {
 })
 
 t.test('open without the token: only the page, the probes and /metrics', async t => {
-  for (const path of ['/', '/deck.js', '/deck.css', '/vendor/uplot.js', '/vendor/uplot.css', '/health/live', '/health/ready', '/metrics']) {
+  for (const path of ['/', '/deck/main.js', '/deck/api.js', '/deck.css', '/vendor/uplot.js', '/vendor/uplot.css', '/health/live', '/health/ready', '/metrics']) {
     t.equal((await raw(path, 'GET', {})).status, 200, `GET ${path}`)
     t.equal((await raw(path, 'HEAD', {})).status, 200, `HEAD ${path}`)
   }

@@ -1,13 +1,15 @@
 // The deck's admin API against real processes: a card-auth lane, a lane that
 // answers, then hangs (a socket that accepts and never answers), a lane that is not running,
 // the tax sandbox, and PostgreSQL through the deck's own role.
+import fs from 'node:fs'
 import net from 'node:net'
+import path from 'node:path'
 import t from 'tap'
 import { laneLimits } from '../shared/lanes.ts'
 import { testDatabase } from './helpers/db.ts'
 import { startDeck } from './helpers/deck.ts'
 import { call, eventually } from './helpers/http.ts'
-import { laneEnv, startProcess } from './helpers/procs.ts'
+import { ROOT, laneEnv, startProcess } from './helpers/procs.ts'
 
 const db = await testDatabase(t)
 const card = await startProcess(t, 'card-auth', 'services/card-auth/main.ts', laneEnv('card-auth', db.env, db.laneUrl('card-auth')))
@@ -198,7 +200,22 @@ t.test('the page is public and empty of data; its headers lock it to this origin
   t.equal(page.headers['x-frame-options'], 'DENY')
   const pid = String((await call(card.url + '/status')).body.pid)
   t.notOk(page.body.includes(pid) || /fraud-async|tax-reconcile|NORMAL/.test(page.body), 'no lane or queue data in the page itself')
-  for (const asset of ['/deck.js', '/deck.css', '/vendor/uplot.js', '/vendor/uplot.css']) t.equal((await call(deck.url + asset)).status, 200, asset)
+  for (const asset of ['/deck.css', '/vendor/uplot.js', '/vendor/uplot.css']) t.equal((await call(deck.url + asset)).status, 200, asset)
+  // The page's script is ES modules: each one it loads, from index.html's entry
+  // through their imports, comes as JavaScript (the browser runs no module of
+  // another type) with the page's headers; none in public/deck/ is left out.
+  const todo = [...page.body.matchAll(/<script type="module" src="([^"]+)"><\/script>/g)].map(m => m[1]!)
+  t.same(todo, ['/deck/main.js'], 'the page loads one entry module')
+  const loaded = new Set<string>()
+  for (let url = todo.pop(); url; url = todo.pop()) {
+    if (loaded.has(url)) continue
+    loaded.add(url)
+    const r = await call(deck.url + url)
+    t.equal(r.status, 200, url)
+    t.match(r.headers, { 'content-type': /^text\/javascript/, 'cache-control': 'no-cache', 'content-security-policy': /script-src 'self'/, 'x-content-type-options': 'nosniff' }, `${url} is JavaScript, with the page's headers`)
+    for (const m of String(r.body).matchAll(/^import .* from '(\.\/[^']+)'$/gm)) todo.push(new URL(m[1]!, deck.url + url).pathname)
+  }
+  t.same([...loaded].sort(), fs.readdirSync(path.join(ROOT, 'services/deck/public/deck')).map(f => `/deck/${f}`).sort(), 'every module of public/deck/, reached from the entry')
   t.equal((await call(deck.url + '/../package.json')).status, 401, 'an unknown path without the token is 401 (default deny)')
   t.equal((await deck.admin('GET', '/../package.json')).status, 404, 'and with it a plain 404: no path reaches the filesystem')
   const m = await call(deck.url + '/metrics')
