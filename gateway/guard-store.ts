@@ -318,7 +318,7 @@ export class RedisGuardStore {
       const timer = setTimeout(() => setImmediate(() => { if (!settled) { settled = true; reject(OVER_BUDGET) } }), this.#budgetMs)
       answer.then(
         v => { if (!settled) { settled = true; clearTimeout(timer); resolve(v) } },
-        (e: unknown) => { if (!settled) { settled = true; clearTimeout(timer); reject(e) } },
+        (e: unknown) => { if (!settled) { settled = true; clearTimeout(timer); reject(e) } }
       )
     })
   }

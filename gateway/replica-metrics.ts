@@ -22,11 +22,17 @@ export function replicaViews (upstreams: Record<LaneName, Upstream>): Record<str
 export function registerReplicaMetrics (registry: client.Registry, upstreams: Record<LaneName, Upstream>): void {
   const each = (fn: (lane: LaneName, u: Upstream) => void): void => { for (const u of Object.values(upstreams)) fn(u.lane, u) }
   new client.Gauge({
-    name: 'gateway_upstream_replica_inflight', help: 'Requests in flight to each lane replica', labelNames: ['lane', 'replica'], registers: [registry],
+    name: 'gateway_upstream_replica_inflight',
+    help: 'Requests in flight to each lane replica',
+    labelNames: ['lane', 'replica'],
+    registers: [registry],
     collect () { this.reset(); each((lane, u) => { for (const r of u.replicas.replicas) this.set({ lane, replica: r.address }, r.inflight) }) },
   })
   new client.Gauge({
-    name: 'gateway_upstream_replica_state', help: 'Each lane replica\'s state at the gateway (1 for the current one): ready (in rotation), unready (its /health/ready fails), ejected (after a transport error, for a bounded time)', labelNames: ['lane', 'replica', 'state'], registers: [registry],
+    name: 'gateway_upstream_replica_state',
+    help: 'Each lane replica\'s state at the gateway (1 for the current one): ready (in rotation), unready (its /health/ready fails), ejected (after a transport error, for a bounded time)',
+    labelNames: ['lane', 'replica', 'state'],
+    registers: [registry],
     collect () {
       this.reset()
       const now = Date.now()
@@ -39,7 +45,10 @@ export function registerReplicaMetrics (registry: client.Registry, upstreams: Re
     },
   })
   new client.Counter({
-    name: 'gateway_upstream_replica_requests_total', help: 'Requests sent to each lane replica', labelNames: ['lane', 'replica'], registers: [registry],
+    name: 'gateway_upstream_replica_requests_total',
+    help: 'Requests sent to each lane replica',
+    labelNames: ['lane', 'replica'],
+    registers: [registry],
     collect () { this.reset(); each((lane, u) => { for (const r of u.replicas.replicas) this.inc({ lane, replica: r.address }, r.requests) }) },
   })
 }

@@ -42,8 +42,13 @@ export interface RetryGuardConfig {
 }
 
 export const RETRY_GUARD_DEFAULTS: Readonly<RetryGuardConfig> = Object.freeze({
-  perKeyAttempts: 4, windowMs: 10_000, budgetRatio: 0.2, budgetFloor: 10,
-  clientRateMax: 5_000, clientRateWindowMs: 1_000, seenCapacity: 200_000,
+  perKeyAttempts: 4,
+  windowMs: 10_000,
+  budgetRatio: 0.2,
+  budgetFloor: 10,
+  clientRateMax: 5_000,
+  clientRateWindowMs: 1_000,
+  seenCapacity: 200_000,
 })
 
 export type BlockReason = 'retry_storm' | 'retry_early' | 'retry_budget' | 'client_rate'

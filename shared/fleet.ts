@@ -43,13 +43,28 @@ const WORKER_PORT = 8104
 export const FLEET: readonly FleetProcess[] = Object.freeze(([
   { name: 'gateway', entry: 'gateway', portEnv: 'GATEWAY_PORT', port: 8080, hostEnv: 'GATEWAY_HOST', host: '0.0.0.0', priority: 'P0', health: HEALTH },
   ...LANE_NAMES.map((lane): FleetProcess => ({
-    name: lane, entry: lane, portEnv: `${envPrefix(lane)}PORT`, port: LANE_DEFAULTS[lane].port, hostEnv: `${envPrefix(lane)}HOST`, host: '127.0.0.1',
-    role: LANE_DEFAULTS[lane].role, priority: LANE_DEFAULTS[lane].priority, health: HEALTH,
+    name: lane,
+    entry: lane,
+    portEnv: `${envPrefix(lane)}PORT`,
+    port: LANE_DEFAULTS[lane].port,
+    hostEnv: `${envPrefix(lane)}HOST`,
+    host: '127.0.0.1',
+    role: LANE_DEFAULTS[lane].role,
+    priority: LANE_DEFAULTS[lane].priority,
+    health: HEALTH,
   })),
   // One worker per lane that owns queues: its async work runs apart from other lanes' too.
   ...LANE_NAMES.filter(lane => LANE_QUEUES[lane].length > 0).map((lane): FleetProcess => ({
-    name: `worker-${lane}`, entry: 'worker', portEnv: 'WORKER_PORT', port: WORKER_PORT, hostEnv: 'WORKER_HOST', host: '127.0.0.1',
-    role: JOBS_ROLE.role, lane, priority: LANE_DEFAULTS[lane].priority, health: HEALTH,
+    name: `worker-${lane}`,
+    entry: 'worker',
+    portEnv: 'WORKER_PORT',
+    port: WORKER_PORT,
+    hostEnv: 'WORKER_HOST',
+    host: '127.0.0.1',
+    role: JOBS_ROLE.role,
+    lane,
+    priority: LANE_DEFAULTS[lane].priority,
+    health: HEALTH,
   })),
   { name: 'deck', entry: 'deck', portEnv: 'DECK_PORT', port: 9090, hostEnv: 'DECK_HOST', host: '127.0.0.1', role: DECK_ROLE.role, priority: 'admin', health: HEALTH },
   // The stand-in third-party tax API (demo image only): nothing to be unready for.

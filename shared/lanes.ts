@@ -272,7 +272,11 @@ export function laneUrl (l: LaneLimits): string {
 /** Every DB role of the fleet with its fleet-wide connection limit, derived from the lane table. */
 export function dbRoles (env: Record<string, string | undefined> = process.env): Array<{ role: string, schema: string, connectionLimit: number, statementTimeoutMs: number, idleInTxTimeoutMs: number, enqueues: boolean }> {
   const lanes = LANE_NAMES.map(n => laneLimits(n, env)).map(l => ({
-    role: l.db.role, schema: l.db.schema, connectionLimit: l.db.roleConnectionLimit, statementTimeoutMs: l.db.statementTimeoutMs, idleInTxTimeoutMs: l.db.idleInTxTimeoutMs,
+    role: l.db.role,
+    schema: l.db.schema,
+    connectionLimit: l.db.roleConnectionLimit,
+    statementTimeoutMs: l.db.statementTimeoutMs,
+    idleInTxTimeoutMs: l.db.idleInTxTimeoutMs,
     enqueues: LANE_QUEUES[l.lane].length > 0,
   }))
   const jobsLimit = Number(env.JOBS_POOL_MAX ?? JOBS_ROLE.poolMax)

@@ -124,7 +124,10 @@ export function laneMetrics (registry: client.Registry, s: LaneMetricSources): L
   // histogram's counters add up to: what the deck shows as "p99 right now".
   const window = new SlidingLatency()
   new client.Gauge({
-    name: 'bulkhead_request_latency_seconds', help: 'Data-plane request duration over the last minute: its 50th and 99th percentile', labelNames: ['lane', 'percentile'], registers: [registry],
+    name: 'bulkhead_request_latency_seconds',
+    help: 'Data-plane request duration over the last minute: its 50th and 99th percentile',
+    labelNames: ['lane', 'percentile'],
+    registers: [registry],
     collect () { const [p50, p99] = window.quantiles([0.5, 0.99]); this.set({ lane, percentile: '50' }, p50 ?? NaN); this.set({ lane, percentile: '99' }, p99 ?? NaN) },
   })
   const counts: Record<string, number> = {}

@@ -37,7 +37,7 @@ for (const [path, body] of Object.entries(valid)) {
     { name: 'huge amount', path, headers: json, json: { ...b, amount: { value: 1e15, currency: 'EUR' } }, status: 400, code: 'ERR_VALIDATION' },
     { name: 'unknown currency', path, headers: json, json: { ...b, amount: { value: 1, currency: 'XXY' } }, status: 400, code: 'ERR_VALIDATION' },
     { name: 'array body', path, headers: json, json: [b], status: 400, code: 'ERR_VALIDATION' },
-    { name: 'missing field', path, headers: json, json: { amount: money }, status: 400, code: 'ERR_VALIDATION' },
+    { name: 'missing field', path, headers: json, json: { amount: money }, status: 400, code: 'ERR_VALIDATION' }
   )
 }
 cases.push(
@@ -50,7 +50,7 @@ cases.push(
   { name: 'bad id (fraud)', method: 'GET', path: '/v1/fraud/screenings/1', headers: auth, status: 400, code: 'ERR_VALIDATION' },
   { name: 'unknown id', method: 'GET', path: '/v1/tax/quotes/00000000-0000-4000-8000-000000000000', headers: auth, status: 404, code: 'ERR_NOT_FOUND' },
   { name: 'unknown route', method: 'GET', path: '/v1/refunds', headers: auth, status: 404, code: 'ERR_NOT_FOUND' },
-  { name: 'unknown tax jurisdiction (provider says so)', path: '/v1/tax/quotes', headers: { ...json, 'idempotency-key': 'bad-j' }, json: { jurisdiction: 'US-ZZ', amount: money }, status: 422, code: 'ERR_UNKNOWN_JURISDICTION' },
+  { name: 'unknown tax jurisdiction (provider says so)', path: '/v1/tax/quotes', headers: { ...json, 'idempotency-key': 'bad-j' }, json: { jurisdiction: 'US-ZZ', amount: money }, status: 422, code: 'ERR_UNKNOWN_JURISDICTION' }
 )
 
 t.test('every bad request gets a problem+json 4xx with its code', async t => {

@@ -15,7 +15,9 @@ const THREE_MB = Buffer.from(JSON.stringify({ merchantId: 'm', cardToken: 'tok_b
 async function post (body: () => BodyInit, i: number): Promise<string> {
   try {
     const r = await fetch(gw.url + '/v1/authorizations', {
-      method: 'POST', body: body(), duplex: 'half',
+      method: 'POST',
+      body: body(),
+      duplex: 'half',
       headers: { 'content-type': 'application/json', authorization: `Bearer ${gw.apiKey}`, 'idempotency-key': `big-${i}` },
     } as RequestInit)
     const p = await r.json() as { code?: string }

@@ -12,7 +12,13 @@ class NotOurs extends Error {}
 
 function breaker (t: Test, o: Partial<BreakerOptions> = {}): DependencyBreaker {
   const b = new DependencyBreaker({
-    dependency: 'dep', failureRate: 0.5, window: 4, minimumCalls: 2, slowCallMs: 50, halfOpenAfterMs: 100, tickMs: 10,
+    dependency: 'dep',
+    failureRate: 0.5,
+    window: 4,
+    minimumCalls: 2,
+    slowCallMs: 50,
+    halfOpenAfterMs: 100,
+    tickMs: 10,
     probe: async () => { throw new Down() },
     isFailure: err => err instanceof Down,
     ...o,

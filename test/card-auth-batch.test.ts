@@ -63,7 +63,7 @@ async function run (c: pg.PoolClient, fn: string, b: Batch): Promise<{ answer: R
     // created_at of a row written by this batch is its transaction's now(): the same in both, as a marker.
     const answer = rows.map(r => ({ ...r, created_at: r.created_at === null ? null : r.created_at.getTime() === tx!.now.getTime() ? 'this batch' : r.created_at.toISOString() }))
       .sort((x, y) => x.ord - y.ord)
-    const written = (await c.query("select id, client_id, idempotency_key, fingerprint, merchant_id, card_token, amount, currency, status, decline_reason from card_auth.authorizations where created_at = now() order by id")).rows
+    const written = (await c.query('select id, client_id, idempotency_key, fingerprint, merchant_id, card_token, amount, currency, status, decline_reason from card_auth.authorizations where created_at = now() order by id')).rows
     const balances = (await c.query("select token, available, held from card_auth.card_accounts where token like 'tok_eq_%' order by token")).rows
     return { answer, written, balances }
   } finally {

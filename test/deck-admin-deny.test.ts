@@ -28,7 +28,10 @@ interface Raw { status: number, headers: Record<string, unknown>, text: string }
 /** A request with the path exactly as given: undici's dispatcher sends it unparsed. */
 async function raw (path: string, method: string, headers: Record<string, string>, body?: unknown): Promise<Raw> {
   const res = await agent.request({
-    origin: deck.url, path, method: method as 'GET', headers: { ...headers, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+    origin: deck.url,
+    path,
+    method: method as 'GET',
+    headers: { ...headers, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
     body: body === undefined ? undefined : JSON.stringify(body),
   })
   return { status: res.statusCode, headers: res.headers, text: await res.body.text() }

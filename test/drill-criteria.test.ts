@@ -64,7 +64,9 @@ t.test('a shed request is judged as the client saw it, every one, with the lane\
 
 t.test('the HTML report inlines uPlot and writes API text as text', async t => {
   const html = renderReport({
-    title: 'x <script>alert(1)</script>', subtitle: ['a & b'], verdict: { pass: false, text: '1 failed' },
+    title: 'x <script>alert(1)</script>',
+    subtitle: ['a & b'],
+    verdict: { pass: false, text: '1 failed' },
     tables: [{ title: 't', head: ['a', 'v'], rows: [['<img src=x onerror=alert(1)>', 'fail']], passColumn: 1 }],
     charts: [{ title: '</script><b>', yLabel: 'ms', x: [0, 1], series: [{ label: 'p99', values: [1, null], color: '#000' }] }],
     bands: [{ from: 0, to: 1, label: 'fault' }],

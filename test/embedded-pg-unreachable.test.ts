@@ -68,7 +68,9 @@ function embeddedFarm (dir: string): { daemon: string, initdb: string } {
 
 // Not measured: its shared/ is a copy outside the repo's tree.
 const daemonEnv = async (dataDir: string, password: string) => ({
-  ...process.env, ...NO_COVERAGE, DATABASE_URL: undefined,
+  ...process.env,
+  ...NO_COVERAGE,
+  DATABASE_URL: undefined,
   WT_EMBEDDED_OPTS: JSON.stringify({ dataDir, port: await freePort(), password }),
 })
 

@@ -48,7 +48,7 @@ t.test('400 authorizations at once with the card-auth cap full: 201 or 429 ERR_C
   const d = dist(rs)
   t.same(Object.keys(d).sort(), ['201 ', '429 ERR_CARD_AUTH_SATURATED'].filter(k => d[k]), `every answer 201 or 429 ERR_CARD_AUTH_SATURATED: ${JSON.stringify(d)}`)
   t.notOk(rs.some(r => r.status === 503), 'none 503')
-  const atGateway = rs.filter(r => r.status === 429 && r.body['violated-policies']?.[0] === `gateway-card-auth`)
+  const atGateway = rs.filter(r => r.status === 429 && r.body['violated-policies']?.[0] === 'gateway-card-auth')
   t.equal(atGateway.length, 400 - CAP, `the gateway answered the ${400 - CAP} over its cap itself`)
   const g = atGateway[0]!
   t.match(g.headers['content-type'], /^application\/problem\+json/)

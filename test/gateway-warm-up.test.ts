@@ -55,8 +55,14 @@ t.test('warm: authorizations through its own listener, rehearsed, none written, 
   lane.proc.kill('SIGSTOP')
   t.teardown(() => { lane.proc.kill('SIGCONT') })
   const pressed = await startProcess(t, 'gateway', 'gateway/main.ts', {
-    GATEWAY_PORT: '0', GATEWAY_HOST: '127.0.0.1', API_KEYS_FILE: fleet.keysFile, GATEWAY_PRESSURE_MAX_HEAP_BYTES: '1', GATEWAY_WARM_UP_REQUESTS: '60',
-    CARD_AUTH_URL: lane.url, FRAUD_URL: 'http://127.0.0.1:9', TAX_URL: 'http://127.0.0.1:9',
+    GATEWAY_PORT: '0',
+    GATEWAY_HOST: '127.0.0.1',
+    API_KEYS_FILE: fleet.keysFile,
+    GATEWAY_PRESSURE_MAX_HEAP_BYTES: '1',
+    GATEWAY_WARM_UP_REQUESTS: '60',
+    CARD_AUTH_URL: lane.url,
+    FRAUD_URL: 'http://127.0.0.1:9',
+    TAX_URL: 'http://127.0.0.1:9',
   })
   const shed = await eventually(async () => {
     const r = await call(`${pressed.url}/v1/authorizations`, {

@@ -5,8 +5,13 @@ function machine () {
   let now = 0
   const transitions: string[] = []
   const s = new LaneState({
-    permits: 10, queueCapacity: 2, saturatedExitBelow: 0.8, recoverBelow: 0.6, recoverWindowMs: 10_000,
-    now: () => now, onTransition: (a: LaneStateName, b: LaneStateName) => transitions.push(`${a}->${b}`),
+    permits: 10,
+    queueCapacity: 2,
+    saturatedExitBelow: 0.8,
+    recoverBelow: 0.6,
+    recoverWindowMs: 10_000,
+    now: () => now,
+    onTransition: (a: LaneStateName, b: LaneStateName) => transitions.push(`${a}->${b}`),
   })
   return { s, transitions, at: (ms: number) => { now = ms } }
 }

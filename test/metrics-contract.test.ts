@@ -67,8 +67,13 @@ function expectMetric (t: Test, s: Scrape, name: string, type: string, labels?: 
 }
 
 const targets = {
-  'card-auth': fleet.lanes['card-auth']!.url, fraud: fleet.lanes.fraud!.url, tax: fleet.lanes.tax!.url,
-  gateway: fleet.gateway.url, worker: worker.url, deck: deck.url, 'tax-sandbox': fleet.sandbox.url,
+  'card-auth': fleet.lanes['card-auth']!.url,
+  fraud: fleet.lanes.fraud!.url,
+  tax: fleet.lanes.tax!.url,
+  gateway: fleet.gateway.url,
+  worker: worker.url,
+  deck: deck.url,
+  'tax-sandbox': fleet.sandbox.url,
 }
 const scrapes = Object.fromEntries(await Promise.all(Object.entries(targets).map(async ([k, u]) => [k, await scrape(u)] as const)))
 

@@ -20,7 +20,8 @@ t.test('holds 300 req/s for 2 s against a server that takes 20 ms', async t => {
   const off: number[] = [] // recorded latency minus (answer time - scheduled time), ms
   const scheduledAt = new Map<number, number>()
   const r = await runOpenLoop({
-    rate: 300, durationMs: 2_000,
+    rate: 300,
+    durationMs: 2_000,
     send: async i => { const res = await pool.request({ path: '/', method: 'GET' }); await res.body.dump(); answeredAt.set(i, performance.now()); return res.statusCode },
     onResult: (i, at, us) => { off.push(us / 1000 - (answeredAt.get(i)! - at)); scheduledAt.set(i, at) },
   })
@@ -64,7 +65,9 @@ t.test('reports each answer with its scheduled time, and stops scheduling on abo
   const seen: Array<{ i: number, at: number, us: number, status: string }> = []
   const ac = new AbortController()
   const r = await runOpenLoop({
-    rate: 100, durationMs: 2_000, signal: ac.signal,
+    rate: 100,
+    durationMs: 2_000,
+    signal: ac.signal,
     send: async i => {
       if (i === 49) ac.abort() // as the 50th goes out
       if (i % 10 === 9) throw new Error('transport')

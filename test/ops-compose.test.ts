@@ -87,7 +87,7 @@ t.test('each lane connects as its own role; workers share only jobs_ds', async t
   t.same(users, { 'card-auth': 'card_auth_ds', fraud: 'fraud_ds', tax: 'tax_ds' })
   t.equal(dbUser(svc.deck.environment.DATABASE_URL), 'deck_ds')
   t.equal(dbUser(svc['worker-fraud'].environment.DATABASE_URL), 'jobs_ds')
-  t.equal(dbUser(svc['worker-fraud'].environment.FRAUD_DATABASE_URL), 'fraud_ds', "fraud jobs run as the fraud role")
+  t.equal(dbUser(svc['worker-fraud'].environment.FRAUD_DATABASE_URL), 'fraud_ds', 'fraud jobs run as the fraud role')
   t.equal(dbUser(svc['worker-tax'].environment.TAX_DATABASE_URL), 'tax_ds')
 })
 

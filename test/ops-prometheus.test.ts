@@ -215,10 +215,12 @@ t.test('the dashboard', async t => {
     const { x, y, w, h } = p.gridPos
     t.ok(Number.isInteger(x) && Number.isInteger(y) && w > 0 && h > 0 && x >= 0 && x + w <= 24, `panel ${p.id} fits the grid`)
     if (p.type === 'row') t.same(p.gridPos, { x: 0, y, w: 24, h: 1 }, `row ${p.title} spans the width`)
-    for (let i = x; i < x + w; i++) for (let j = y; j < y + h; j++) {
-      const other = cells.get(`${i},${j}`)
-      if (other !== undefined) t.fail(`panel ${p.id} overlaps panel ${other}`)
-      cells.set(`${i},${j}`, p.id)
+    for (let i = x; i < x + w; i++) {
+      for (let j = y; j < y + h; j++) {
+        const other = cells.get(`${i},${j}`)
+        if (other !== undefined) t.fail(`panel ${p.id} overlaps panel ${other}`)
+        cells.set(`${i},${j}`, p.id)
+      }
     }
   }
 

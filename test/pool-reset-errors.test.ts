@@ -10,7 +10,7 @@ t.test('a reset whose own connection fails reports the step and still swaps the 
   const failed: Array<{ step: ResetStep, code: unknown }> = []
   const pools = new ReplaceablePool(
     () => new pg.Pool({ connectionString: 'postgres://nobody@127.0.0.1:9/none', connectionTimeoutMillis: 1_000 }),
-    (step, err) => failed.push({ step, code: (err as { code?: string }).code }),
+    (step, err) => failed.push({ step, code: (err as { code?: string }).code })
   )
   t.teardown(() => pools.end())
   const old = pools.current

@@ -23,8 +23,14 @@ const shared = { REDIS_URL: redis.url, GATEWAY_REPLICAS: '2', RETRY_STORE_BUDGET
 const fleet = await startFleet(t, db, { lanes: ['card-auth'], env: { ...shared, LOG_LEVEL: 'debug' } })
 const lane = fleet.lanes['card-auth']!
 const gateway = (env: Record<string, string> = {}): Promise<Proc> => startProcess(t, 'gateway', 'gateway/main.ts', {
-  GATEWAY_PORT: '0', GATEWAY_HOST: '127.0.0.1', API_KEYS_FILE: fleet.keysFile, ...shared, ...env,
-  CARD_AUTH_URL: lane.url, FRAUD_URL: 'http://127.0.0.1:9', TAX_URL: 'http://127.0.0.1:9',
+  GATEWAY_PORT: '0',
+  GATEWAY_HOST: '127.0.0.1',
+  API_KEYS_FILE: fleet.keysFile,
+  ...shared,
+  ...env,
+  CARD_AUTH_URL: lane.url,
+  FRAUD_URL: 'http://127.0.0.1:9',
+  TAX_URL: 'http://127.0.0.1:9',
 })
 const a = fleet.gateway
 const b = await gateway()

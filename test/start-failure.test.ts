@@ -37,7 +37,9 @@ function run (t: Test, name: string, args: string[], env: Record<string, string>
   const kill = (): void => { if (r.exit === undefined) proc.kill('SIGKILL') }
   process.once('exit', kill)
   const r: Run = {
-    out: [], err: [], exit: undefined,
+    out: [],
+    err: [],
+    exit: undefined,
     async stop () {
       if (r.exit === undefined) {
         proc.kill('SIGTERM')

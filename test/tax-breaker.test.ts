@@ -94,8 +94,10 @@ t.test('the reconcile worker: its breaker holds the queue, no job lost, dead-let
   const hungBefore = await providerCalls()
   // Its own window (TAX_RECONCILE_BREAKER_*), left at the defaults: more than half of the last 5.
   const worker = await startWorker(t, db, ['tax-reconcile'], {
-    ...BREAKER, TAX_RECONCILE_PER_SECOND: '50',
-    TAX_DATABASE_URL: db.laneUrl('tax', env), TAX_PROVIDER_URL: fleet.sandbox.url,
+    ...BREAKER,
+    TAX_RECONCILE_PER_SECOND: '50',
+    TAX_DATABASE_URL: db.laneUrl('tax', env),
+    TAX_PROVIDER_URL: fleet.sandbox.url,
   })
   t.ok(await eventually(async () => (await breakerOf(worker.url)).state !== 'closed', 15_000, 50), 'the worker\'s breaker opened on its hung calls')
   // MaxWorkers (3) calls run at once, and no slot frees until it opens: one

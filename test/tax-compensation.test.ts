@@ -92,7 +92,7 @@ t.test('reconciliation records the true rate once the provider answers, at its p
   await startWorker(t, db, ['tax-reconcile'], { TAX_DATABASE_URL: db.laneUrl('tax', env), TAX_PROVIDER_URL: fleet.sandbox.url, TAX_RECONCILE_PER_SECOND: '4', ...env })
   // A job records the rate on its quote, then leaves jobs_hot for the archive in a
   // second statement: wait for both, or the count below races the last archive.
-  const done = await eventually(async () => (await db.query("select 1 from tax.quotes where reconciled_at is null")).length === 0 &&
+  const done = await eventually(async () => (await db.query('select 1 from tax.quotes where reconciled_at is null')).length === 0 &&
     (await db.query("select 1 from jobs.jobs_hot where queue = 'tax-reconcile'")).length === 0, 15_000, 100)
   t.ok(done, 'every compensated quote reconciled, and its job finished')
   const [de] = await db.query<{ rate: string, tax: string, reconciled_rate: string, reconciled_tax: string }>("select rate, tax, reconciled_rate, reconciled_tax from tax.quotes where jurisdiction = 'DE'")
@@ -146,6 +146,6 @@ t.test('a stale certificate, or a table that does not match its checksum, is ref
   const tampered = await quote('FR')
   t.equal(tampered.body.code, 'ERR_UNTESTED_COMPENSATION_REJECTED')
   t.match(tampered.body.detail, /checksum/, 'checksum mismatch refused')
-  t.equal((await db.query("select 1 from tax.quotes where rate = 0.25")).length, 0, 'the edited rate was never used')
+  t.equal((await db.query('select 1 from tax.quotes where rate = 0.25')).length, 0, 'the edited rate was never used')
   await fleet.setFaults({ mode: 'normal' })
 })

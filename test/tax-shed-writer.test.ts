@@ -18,8 +18,19 @@ const record = (key: string, value: number): QuoteRecord => {
   const id = newId()
   const tax = Math.round(value * 0.19)
   return {
-    id, clientId: 'client-w', key, fingerprint: `fp-${key}-${value}`, jurisdiction: 'DE', amount: value, currency: 'EUR',
-    rate: 0.19, tax, total: value + tax, source: 'compensation', tableVersion: 'v-test', reason: 'saturated',
+    id,
+    clientId: 'client-w',
+    key,
+    fingerprint: `fp-${key}-${value}`,
+    jurisdiction: 'DE',
+    amount: value,
+    currency: 'EUR',
+    rate: 0.19,
+    tax,
+    total: value + tax,
+    source: 'compensation',
+    tableVersion: 'v-test',
+    reason: 'saturated',
     response: { id, rate: 0.19, tax: { value: tax, currency: 'EUR' }, total: { value: value + tax, currency: 'EUR' }, amount: { value, currency: 'EUR' }, source: 'compensation', tableVersion: 'v-test' },
   }
 }

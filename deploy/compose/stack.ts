@@ -42,7 +42,7 @@ type Exec = { code: number, out: string, err: string }
 async function exec (file: string, args: string[], env: NodeJS.ProcessEnv = process.env, timeoutMs = 0): Promise<Exec> {
   return run(file, args, { cwd: ROOT, env, maxBuffer: 64 * 1024 * 1024, timeout: timeoutMs }).then(
     r => ({ code: 0, out: r.stdout, err: r.stderr }),
-    (e: { code?: number | string, stdout?: string, stderr?: string, message: string }) => ({ code: typeof e.code === 'number' ? e.code : 127, out: e.stdout ?? '', err: e.stderr || e.message }),
+    (e: { code?: number | string, stdout?: string, stderr?: string, message: string }) => ({ code: typeof e.code === 'number' ? e.code : 127, out: e.stdout ?? '', err: e.stderr || e.message })
   )
 }
 
@@ -177,8 +177,12 @@ export async function containers (s: Stack): Promise<ContainerState[]> {
   const r = await exec('docker', ['inspect', ...ids])
   const all = JSON.parse(r.out || '[]') as Array<{ Id: string, RestartCount: number, Config: { Labels: Record<string, string> }, State: { Status: string, ExitCode: number, Health?: { Status: string } } }>
   return all.map(c => ({
-    id: c.Id, service: c.Config.Labels['com.docker.compose.service'] ?? '', status: c.State.Status, exitCode: c.State.ExitCode,
-    ...(c.State.Health ? { health: c.State.Health.Status } : {}), restarts: c.RestartCount,
+    id: c.Id,
+    service: c.Config.Labels['com.docker.compose.service'] ?? '',
+    status: c.State.Status,
+    exitCode: c.State.ExitCode,
+    ...(c.State.Health ? { health: c.State.Health.Status } : {}),
+    restarts: c.RestartCount,
   }))
 }
 

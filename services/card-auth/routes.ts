@@ -30,8 +30,15 @@ export const cardAuthRoutes = (writer: AuthorizeWriter) => (app: FastifyInstance
     // The gateway's warm-up runs this path in full, and the writer rolls it back.
     const rehearsal = req.headers[WARM_UP_HEADER] !== undefined
     const input: AuthorizeInput = {
-      id: newId(), clientId: clientIdOf(req), key: idempotencyKeyOf(req), fingerprint: fp,
-      merchantId: body.merchantId, cardToken: body.cardToken, amount: body.amount.value, currency: body.amount.currency, rehearsal,
+      id: newId(),
+      clientId: clientIdOf(req),
+      key: idempotencyKeyOf(req),
+      fingerprint: fp,
+      merchantId: body.merchantId,
+      cardToken: body.cardToken,
+      amount: body.amount.value,
+      currency: body.amount.currency,
+      rehearsal,
     }
     let row: AuthorizeOutput | undefined
     try {

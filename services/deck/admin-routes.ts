@@ -95,8 +95,12 @@ export async function adminRoutes (app: FastifyInstance, d: AdminDeps): Promise<
     if (!d.sandboxUrl) throw new AppError('ERR_FAULT_INJECTION_DISABLED')
     try {
       const res = await d.http.request({
-        origin: d.sandboxUrl, path: '/faults', method, signal: AbortSignal.timeout(SANDBOX_TIMEOUT_MS),
-        headers: { 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body),
+        origin: d.sandboxUrl,
+        path: '/faults',
+        method,
+        signal: AbortSignal.timeout(SANDBOX_TIMEOUT_MS),
+        headers: { 'content-type': 'application/json' },
+        body: body === undefined ? undefined : JSON.stringify(body),
       })
       const json = await res.body.json()
       if (res.statusCode !== 200) throw new Error(`sandbox answered ${res.statusCode}`)

@@ -28,7 +28,10 @@ function deckRegistry (collector: Collector, pool: pg.Pool): client.Registry {
   const registry = createRegistry('deck')
   countPoolLeaks(registry)(pool)
   new client.Gauge({
-    name: 'deck_target_up', help: 'Whether the deck reached the process at its last poll', labelNames: ['target', 'kind'], registers: [registry],
+    name: 'deck_target_up',
+    help: 'Whether the deck reached the process at its last poll',
+    labelNames: ['target', 'kind'],
+    registers: [registry],
     collect () { for (const s of collector.snapshot()) this.set({ target: s.name, kind: s.kind }, s.up ? 1 : 0) },
   })
   return registry

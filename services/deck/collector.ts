@@ -142,8 +142,11 @@ export class Collector {
     const base = { name: t.name, kind: t.kind, url: t.url, checkedAt, lastSeen: this.#lastSeen.get(t.name) ?? null }
     try {
       const res = await this.#agent.request({
-        origin: t.url, path: t.kind === 'lane' || t.kind === 'gateway' ? '/status' : '/health/live', method: 'GET',
-        signal: AbortSignal.timeout(this.#timeoutMs), headers: { accept: 'application/json' },
+        origin: t.url,
+        path: t.kind === 'lane' || t.kind === 'gateway' ? '/status' : '/health/live',
+        method: 'GET',
+        signal: AbortSignal.timeout(this.#timeoutMs),
+        headers: { accept: 'application/json' },
       })
       const body = await res.body.json().catch(() => null) as LaneStatus | null
       const pollMs = performance.now() - started

@@ -8,8 +8,16 @@ import { GroupCommit, withReplays } from '../../shared/db/group-commit.ts'
 import { JOB_NAMES, QUEUES } from '../../shared/queue/job-types.ts'
 
 export interface QueuedScreening {
-  id: string, clientId: string, key: string, fingerprint: string, cardToken: string, merchantId: string
-  amount: number, currency: string, ipCountry: string | null, billingCountry: string | null
+  id: string,
+  clientId: string,
+  key: string,
+  fingerprint: string,
+  cardToken: string,
+  merchantId: string
+  amount: number,
+  currency: string,
+  ipCountry: string | null,
+  billingCountry: string | null
   response: { id: string, mode: 'async', status: 'queued' }
 }
 

@@ -57,8 +57,16 @@ export function fraudRoutes (weights: ScoringWeights, writer: ScreeningWriter) {
       let stored
       try {
         stored = await writer.submit({
-          id, clientId: clientIdOf(req), key: idempotencyKeyOf(req), fingerprint: fp, cardToken: body.cardToken, merchantId: body.merchantId,
-          amount: body.amount.value, currency: body.amount.currency, ipCountry: body.ipCountry ?? null, billingCountry: body.billingCountry ?? null,
+          id,
+          clientId: clientIdOf(req),
+          key: idempotencyKeyOf(req),
+          fingerprint: fp,
+          cardToken: body.cardToken,
+          merchantId: body.merchantId,
+          amount: body.amount.value,
+          currency: body.amount.currency,
+          ipCountry: body.ipCountry ?? null,
+          billingCountry: body.billingCountry ?? null,
           response: { id, mode: 'async', status: 'queued' },
         })
       } catch (err) {

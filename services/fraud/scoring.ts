@@ -26,10 +26,20 @@ export interface ScoringWeights {
 }
 
 export const DEFAULT_WEIGHTS: Readonly<ScoringWeights> = Object.freeze({
-  velocityFree: 3, velocityPerExtra: 10, velocityMax: 40,
-  amountSpikeRatio: 3, amountSpike: 25, amountExtremeRatio: 10, amountExtreme: 45, minHistory: 3,
-  countryMismatch: 20, newCardHighAmount: 15, newCardHighAmountValue: 50_000,
-  reviewAt: 40, declineAt: 70, velocityWindowMinutes: 10,
+  velocityFree: 3,
+  velocityPerExtra: 10,
+  velocityMax: 40,
+  amountSpikeRatio: 3,
+  amountSpike: 25,
+  amountExtremeRatio: 10,
+  amountExtreme: 45,
+  minHistory: 3,
+  countryMismatch: 20,
+  newCardHighAmount: 15,
+  newCardHighAmountValue: 50_000,
+  reviewAt: 40,
+  declineAt: 70,
+  velocityWindowMinutes: 10,
 })
 
 export interface ScoringInput {

@@ -45,8 +45,10 @@ export function providerBreaker (cfg: TaxBreakerConfig, provider: Pool, onTransi
 
 /** The log line of a transition: opening and closing are warnings, probing is news. */
 export function logTransition (log: { warn (o: object, m: string): void, info (o: object, m: string): void }, t: BreakerTransition): void {
-  const line = t.to === 'open' ? `${t.dependency} breaker open (${t.reason}): answering without it until a probe succeeds`
-    : t.to === 'closed' ? `${t.dependency} breaker closed: a probe answered, calls go through again`
+  const line = t.to === 'open'
+    ? `${t.dependency} breaker open (${t.reason}): answering without it until a probe succeeds`
+    : t.to === 'closed'
+      ? `${t.dependency} breaker closed: a probe answered, calls go through again`
       : `${t.dependency} breaker half-open: probing`
   if (t.to === 'half_open') log.info({ breaker: t }, line)
   else log.warn({ breaker: t }, line)

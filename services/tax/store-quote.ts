@@ -20,9 +20,19 @@ export type QuoteSource = { source: 'provider', rate: number } | { source: 'comp
 
 /** One quote, ready to be written: its row and its answer. */
 export interface QuoteRecord {
-  id: string, clientId: string, key: string, fingerprint: string, jurisdiction: string
-  amount: number, currency: string, rate: number, tax: number, total: number
-  source: QuoteSource['source'], tableVersion: string | null, reason: string | null
+  id: string,
+  clientId: string,
+  key: string,
+  fingerprint: string,
+  jurisdiction: string
+  amount: number,
+  currency: string,
+  rate: number,
+  tax: number,
+  total: number
+  source: QuoteSource['source'],
+  tableVersion: string | null,
+  reason: string | null
   response: Record<string, unknown>
 }
 
@@ -34,14 +44,27 @@ export function quoteRecord (req: FastifyRequest, q: QuoteSource): QuoteRecord {
   const tax = Math.round(body.amount.value * q.rate)
   const tableVersion = q.source === 'compensation' ? q.tableVersion : null
   return {
-    id, clientId: clientIdOf(req), key: idempotencyKeyOf(req), fingerprint: fingerprint(body), jurisdiction: body.jurisdiction,
-    amount: body.amount.value, currency: body.amount.currency, rate: q.rate, tax, total: body.amount.value + tax,
-    source: q.source, tableVersion, reason: q.source === 'compensation' ? q.reason : null,
+    id,
+    clientId: clientIdOf(req),
+    key: idempotencyKeyOf(req),
+    fingerprint: fingerprint(body),
+    jurisdiction: body.jurisdiction,
+    amount: body.amount.value,
+    currency: body.amount.currency,
+    rate: q.rate,
+    tax,
+    total: body.amount.value + tax,
+    source: q.source,
+    tableVersion,
+    reason: q.source === 'compensation' ? q.reason : null,
     response: {
-      id, jurisdiction: body.jurisdiction, rate: q.rate,
+      id,
+      jurisdiction: body.jurisdiction,
+      rate: q.rate,
       tax: { value: tax, currency: body.amount.currency },
       total: { value: body.amount.value + tax, currency: body.amount.currency },
-      amount: body.amount, source: q.source,
+      amount: body.amount,
+      source: q.source,
       ...(tableVersion ? { tableVersion } : {}),
     },
   }

@@ -23,23 +23,38 @@ export function buildApp (o: { worker: Worker, pool: pg.Pool, lanePools?: pg.Poo
   const mine = new Set(Object.keys(o.worker.runningByQueue()))
   const stats = async () => (await queueStats(o.pool)).filter(s => mine.has(s.name))
   new client.Gauge({
-    name: 'queue_jobs', help: 'Jobs by queue and status (dead = in jobs_dead)', labelNames: ['queue', 'status'], registers: [registry],
+    name: 'queue_jobs',
+    help: 'Jobs by queue and status (dead = in jobs_dead)',
+    labelNames: ['queue', 'status'],
+    registers: [registry],
     async collect () { for (const s of await stats()) for (const [st, n] of Object.entries(s.jobs)) this.set({ queue: s.name, status: st }, n) },
   })
   new client.Gauge({
-    name: 'queue_max_workers', help: 'MaxWorkers of the queue (-1 = unlimited)', labelNames: ['queue'], registers: [registry],
+    name: 'queue_max_workers',
+    help: 'MaxWorkers of the queue (-1 = unlimited)',
+    labelNames: ['queue'],
+    registers: [registry],
     async collect () { for (const s of await stats()) this.set({ queue: s.name }, s.maxWorkers ?? -1) },
   })
   new client.Gauge({
-    name: 'queue_oldest_pending_age_seconds', help: 'Age of the oldest due pending job', labelNames: ['queue'], registers: [registry],
+    name: 'queue_oldest_pending_age_seconds',
+    help: 'Age of the oldest due pending job',
+    labelNames: ['queue'],
+    registers: [registry],
     async collect () { for (const s of await stats()) this.set({ queue: s.name }, s.oldestPendingAgeSeconds) },
   })
   new client.Gauge({
-    name: 'queue_worker_running', help: 'Jobs this worker process is running', labelNames: ['queue'], registers: [registry],
+    name: 'queue_worker_running',
+    help: 'Jobs this worker process is running',
+    labelNames: ['queue'],
+    registers: [registry],
     collect () { for (const [q, n] of Object.entries(o.worker.runningByQueue())) this.set({ queue: q }, n) },
   })
   new client.Gauge({
-    name: 'queue_zombies_stranded', help: 'Processing jobs whose heartbeat stopped over twice the zombie timeout ago: no running worker serving their queue knows their type (fleet-wide, as of the last rescue cycle of this worker)', labelNames: ['queue', 'type'], registers: [registry],
+    name: 'queue_zombies_stranded',
+    help: 'Processing jobs whose heartbeat stopped over twice the zombie timeout ago: no running worker serving their queue knows their type (fleet-wide, as of the last rescue cycle of this worker)',
+    labelNames: ['queue', 'type'],
+    registers: [registry],
     collect () { this.reset(); for (const s of o.worker.stranded) this.set({ queue: s.queue, type: s.type }, s.jobs) },
   })
   const rescued = new client.Counter({ name: 'queue_zombies_rescued_total', help: 'Zombie jobs rescued by this worker', labelNames: ['queue'], registers: [registry] })

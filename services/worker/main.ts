@@ -60,9 +60,15 @@ const jobsStart = start.for(jobsRoleBudget({ role: jobsRoleName(), limit: cfg.JO
 await assertRole(pool, jobsRoleName(), jobsStart)
 const logger = loggerOptions(`worker-${queueNames.join('+')}`)
 const worker = new Worker({
-  pool, databaseUrl: cfg.DATABASE_URL, startRetry: jobsStart,
+  pool,
+  databaseUrl: cfg.DATABASE_URL,
+  startRetry: jobsStart,
   queues: Object.fromEntries(queueNames.map(q => [q, cfg.WORKER_SLOTS])),
-  types, lanePools, pollMs: cfg.WORKER_POLL_MS, heartbeatMs: cfg.WORKER_HEARTBEAT_MS, rescueMs: cfg.WORKER_RESCUE_MS,
+  types,
+  lanePools,
+  pollMs: cfg.WORKER_POLL_MS,
+  heartbeatMs: cfg.WORKER_HEARTBEAT_MS,
+  rescueMs: cfg.WORKER_RESCUE_MS,
   backoff: { baseMs: cfg.WORKER_BACKOFF_BASE_MS, capMs: cfg.WORKER_BACKOFF_CAP_MS },
   vacuum: { everyJobs: cfg.WORKER_VACUUM_EVERY_JOBS, minMs: cfg.WORKER_VACUUM_MIN_MS },
   log: { info: () => {}, warn: (o, m) => app.log.warn(o, m), error: (o, m) => app.log.error(o, m) },

@@ -79,8 +79,12 @@ const laneKitPlugin: FastifyPluginAsync<LaneKitOptions> = async (app, opts) => {
   })
   const { weights } = limits.fair
   const bulkhead = new Bulkhead({
-    permits: limits.permits, queue: limits.queue, queueWaitMs: limits.queueWaitMs, onChange: (a, q) => state.observe(a, q),
-    reserve: limits.fair.reserve, weight: weights.size === 0 ? undefined : m => weights.get(m) ?? 1,
+    permits: limits.permits,
+    queue: limits.queue,
+    queueWaitMs: limits.queueWaitMs,
+    onChange: (a, q) => state.observe(a, q),
+    reserve: limits.fair.reserve,
+    weight: weights.size === 0 ? undefined : m => weights.get(m) ?? 1,
   })
   const recovery = new RecoveryWatch({
     ...limits.recovery,
@@ -95,13 +99,28 @@ const laneKitPlugin: FastifyPluginAsync<LaneKitOptions> = async (app, opts) => {
   const stateTimer = setInterval(() => { state.tick(); recovery.tick() }, 250)
   stateTimer.unref()
   const metrics = laneMetrics(registry, {
-    lane: limits.lane, permits: limits.permits, queueCapacity: limits.queue,
-    active: () => bulkhead.active, queued: () => bulkhead.queued, state: () => state.state, pool,
-    tenants: () => bulkhead.tenantsInFlight, fairShed: () => bulkhead.fairShed, displaced: () => bulkhead.displaced,
+    lane: limits.lane,
+    permits: limits.permits,
+    queueCapacity: limits.queue,
+    active: () => bulkhead.active,
+    queued: () => bulkhead.queued,
+    state: () => state.state,
+    pool,
+    tenants: () => bulkhead.tenantsInFlight,
+    fairShed: () => bulkhead.fairShed,
+    displaced: () => bulkhead.displaced,
     recoveryLagMs: () => recovery.lagMs(),
   })
   const kit: LaneKit = {
-    limits, bulkhead, state, metrics, registry, recovery, share, warmUp: new WarmUp(), breakers: [],
+    limits,
+    bulkhead,
+    state,
+    metrics,
+    registry,
+    recovery,
+    share,
+    warmUp: new WarmUp(),
+    breakers: [],
     get pool () { return pool() },
     admitted: (handler, onReject) => admitted({ bulkhead, metrics, pool, recovery, deadlineMs: limits.deadlineMs, tenant: req => tenantOf(limits.fair.by, req) }, handler, onReject),
   }

@@ -18,7 +18,11 @@ export async function laneStatus (kit: LaneKit) {
     queue: { depth: kit.bulkhead.queued, capacity: kit.limits.queue, waitBudgetMs: kit.limits.queueWaitMs },
     // Fair admission: the tenants in flight, and the 5 holding the most (with their share) for the deck.
     fair: {
-      by: kit.limits.fair.by, reserve: kit.bulkhead.reserve, tenants: kit.bulkhead.tenantsInFlight, shed: kit.bulkhead.fairShed, displaced: kit.bulkhead.displaced,
+      by: kit.limits.fair.by,
+      reserve: kit.bulkhead.reserve,
+      tenants: kit.bulkhead.tenantsInFlight,
+      shed: kit.bulkhead.fairShed,
+      displaced: kit.bulkhead.displaced,
       top: kit.bulkhead.top(5).map(x => ({ ...x, share: roundShare(x.share) })),
     },
     deadlineMs: kit.limits.deadlineMs,

@@ -49,7 +49,11 @@ export async function queueStats (db: Db): Promise<QueueStats[]> {
             (select extract(epoch from now() - min(h.scheduled_at))::float8 from jobs.jobs_hot h where h.queue = q.name and h.status = 'pending' and h.scheduled_at <= now()) as oldest
        from jobs.queues q order by q.name`)
   return rows.map(r => ({
-    name: r.name, maxWorkers: r.max_workers, paused: r.paused, active: r.active, zombieTimeoutSeconds: r.zombie_timeout_seconds,
+    name: r.name,
+    maxWorkers: r.max_workers,
+    paused: r.paused,
+    active: r.active,
+    zombieTimeoutSeconds: r.zombie_timeout_seconds,
     jobs: { pending: r.pending, fetched: r.fetched, processing: r.processing, dead: r.dead },
     oldestPendingAgeSeconds: Math.max(0, r.oldest ?? 0),
   }))

@@ -16,7 +16,7 @@ export async function fail (db: Db, id: string, lease: string, error: string, o:
   if (!job) return 'lost'
   const msg = error.slice(0, 2_000)
   if (!o.deferred && (o.fatal || job.attempts >= job.max_attempts)) {
-    const moved = await toDead(db, `id = $1 and lease = $2 and status = 'processing'`, [id, lease], o.fatal ? 'fatal' : 'max_attempts', msg)
+    const moved = await toDead(db, 'id = $1 and lease = $2 and status = \'processing\'', [id, lease], o.fatal ? 'fatal' : 'max_attempts', msg)
     return moved.length > 0 ? 'dead' : 'lost'
   }
   // Unless the worker sets its own: 1 s after the first failure, doubling, at most 5 min.

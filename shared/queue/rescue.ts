@@ -57,7 +57,7 @@ const STALE = (status: 'fetched' | 'processing', scope = '') => {
 export async function rescueZombies (db: Db, scope: RescueScope): Promise<RescueResult> {
   const byQueue: Record<string, number> = {}
   const count = (queues: string[]): number => { for (const q of queues) byQueue[q] = (byQueue[q] ?? 0) + 1; return queues.length }
-  const back = `set status = 'pending', lease = null, worker_id = null, fetched_at = null, started_at = null, heartbeat_at = null, last_error = coalesce(last_error, '') || $1`
+  const back = 'set status = \'pending\', lease = null, worker_id = null, fetched_at = null, started_at = null, heartbeat_at = null, last_error = coalesce(last_error, \'\') || $1'
   const queues = [...scope.queues]
   const idempotent = scope.types.filter(t => t.idempotent).map(t => t.type)
   const once = scope.types.filter(t => !t.idempotent).map(t => t.type)

@@ -61,7 +61,12 @@ export async function testDatabase (t: Test, roleEnv: Record<string, string> = {
     await a.end()
   })
   return {
-    name, prefix, env, superUrl, pool, roleUrl,
+    name,
+    prefix,
+    env,
+    superUrl,
+    pool,
+    roleUrl,
     laneUrl: (lane, extraEnv = {}) => roleUrl(laneLimits(lane, { ...env, ...extraEnv }).db.role),
     query: async (sql, params) => (await pool.query(sql, params)).rows,
     connectionsByRole: async () => {

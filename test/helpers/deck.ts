@@ -22,16 +22,23 @@ export async function startDeck (t: Test, db: TestDb, targets: DeckTargets, env:
   const token = crypto.randomBytes(24).toString('base64url')
   const proc = await startProcess(t, 'deck', 'services/deck/main.ts', {
     ...db.env,
-    DECK_PORT: '0', ADMIN_TOKEN: token, DATABASE_URL: db.roleUrl(deckRoleName(db.env)),
-    CARD_AUTH_URL: targets.cardAuth ?? REFUSED, FRAUD_URL: targets.fraud ?? REFUSED, TAX_URL: targets.tax ?? REFUSED,
+    DECK_PORT: '0',
+    ADMIN_TOKEN: token,
+    DATABASE_URL: db.roleUrl(deckRoleName(db.env)),
+    CARD_AUTH_URL: targets.cardAuth ?? REFUSED,
+    FRAUD_URL: targets.fraud ?? REFUSED,
+    TAX_URL: targets.tax ?? REFUSED,
     ...(targets.gateway ? { GATEWAY_URL: targets.gateway } : {}),
     ...(targets.sandbox ? { TAX_SANDBOX_URL: targets.sandbox } : {}),
     ...(targets.workers ? { WORKER_URLS: targets.workers } : {}),
-    DECK_POLL_MS: '250', DECK_TARGET_TIMEOUT_MS: '200',
+    DECK_POLL_MS: '250',
+    DECK_TARGET_TIMEOUT_MS: '200',
     ...env,
   })
   return {
-    proc, url: proc.url, token,
+    proc,
+    url: proc.url,
+    token,
     admin: (method, path, json, headers = {}) => call(proc.url + path, { method, json, headers: { authorization: `Bearer ${token}`, ...headers } }),
   }
 }

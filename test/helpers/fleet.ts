@@ -48,13 +48,24 @@ export async function startFleet (t: Test, db: TestDb, opts: { lanes?: LaneName[
   const unused = 'http://127.0.0.1:9' // discard port: a lane that is not running refuses at once
   // Tests read each shed answer's admission decision from its Server-Timing.
   const gateway = await startProcess(t, 'gateway', 'gateway/main.ts', {
-    GATEWAY_SERVER_TIMING: 'on', ...env, GATEWAY_PORT: '0', GATEWAY_HOST: '127.0.0.1', API_KEYS_FILE: keysFile,
-    CARD_AUTH_URL: lanes['card-auth']?.url ?? unused, FRAUD_URL: lanes.fraud?.url ?? unused, TAX_URL: lanes.tax?.url ?? unused,
+    GATEWAY_SERVER_TIMING: 'on',
+    ...env,
+    GATEWAY_PORT: '0',
+    GATEWAY_HOST: '127.0.0.1',
+    API_KEYS_FILE: keysFile,
+    CARD_AUTH_URL: lanes['card-auth']?.url ?? unused,
+    FRAUD_URL: lanes.fraud?.url ?? unused,
+    TAX_URL: lanes.tax?.url ?? unused,
   })
   await untilServing(gateway.url)
   let n = 0
   return {
-    sandbox, lanes, gateway, apiKey, keysFile, startLane,
+    sandbox,
+    lanes,
+    gateway,
+    apiKey,
+    keysFile,
+    startLane,
     addClient: async clientId => {
       const key = createKey(keysFile, clientId)
       const until = Date.now() + 10_000

@@ -43,7 +43,9 @@ export async function startLoneGateway (t: Test, env: Record<string, string> = {
   })
   if (!opts.pressed) await untilServing(proc.url)
   return {
-    proc, url: proc.url, apiKey,
+    proc,
+    url: proc.url,
+    apiKey,
     post: (p, json, key) => call(proc.url + p, { json, headers: { authorization: `Bearer ${apiKey}`, 'idempotency-key': key } }),
   }
 }

@@ -9,14 +9,20 @@ export async function createQueue (db: TestDb, name: string, maxWorkers: number 
 }
 
 export async function enqueueMany (db: TestDb, queue: string, type: string, n: number, payload: Record<string, unknown> = {}, maxAttempts = 5): Promise<void> {
-  await db.query(`select jobs.enqueue($1, $2, $3, 0, 0, $5) from generate_series(1, $4)`, [queue, type, payload, n, maxAttempts])
+  await db.query('select jobs.enqueue($1, $2, $3, 0, 0, $5) from generate_series(1, $4)', [queue, type, payload, n, maxAttempts])
 }
 
 export function startWorker (t: Test, db: TestDb, queues: string[], env: Record<string, string> = {}, name = 'worker'): Promise<Proc> {
   return startProcess(t, name, 'services/worker/main.ts', {
     ...db.env,
-    DATABASE_URL: db.roleUrl(db.prefix + 'jobs_ds'), WORKER_QUEUES: queues.join(','), WORKER_PORT: '0',
-    WORKER_POLL_MS: '200', WORKER_HEARTBEAT_MS: '200', WORKER_RESCUE_MS: '300', WORKER_BACKOFF_BASE_MS: '50', ...env,
+    DATABASE_URL: db.roleUrl(db.prefix + 'jobs_ds'),
+    WORKER_QUEUES: queues.join(','),
+    WORKER_PORT: '0',
+    WORKER_POLL_MS: '200',
+    WORKER_HEARTBEAT_MS: '200',
+    WORKER_RESCUE_MS: '300',
+    WORKER_BACKOFF_BASE_MS: '50',
+    ...env,
   })
 }
 

@@ -34,7 +34,7 @@ async function invariants (t: Test, db: TestDb, card: string, start: number): Pr
   t.equal(acct!.held, sums!.holds, `${card}: held equals the sum of holds`)
   t.equal(sums!.approved, sums!.holds, `${card}: approved amounts equal hold amounts`)
   t.equal(sums!.n_approved, sums!.n_holds, `${card}: one hold per approval`)
-  const orphans = await db.query(`select h.id from card_auth.holds h left join card_auth.authorizations a on a.id = h.authorization_id where a.id is null or a.status <> 'approved'`)
+  const orphans = await db.query('select h.id from card_auth.holds h left join card_auth.authorizations a on a.id = h.authorization_id where a.id is null or a.status <> \'approved\'')
   t.equal(orphans.length, 0, 'no hold without its approved authorization')
 }
 
@@ -116,7 +116,7 @@ t.test('kill -9 in the middle of a burst: every 201 has its hold, no hold withou
   await burst
   t.ok(ok.length > 20, `${ok.length} authorizations answered 201 before the kill`)
   const restarted = await startProcess(t, 'card-auth-3', 'services/card-auth/main.ts', laneEnv('card-auth', db.env, db.laneUrl('card-auth')))
-  const rows = await db.query<{ id: string, status: string, has_hold: boolean }>(`select a.id, a.status, h.id is not null as has_hold from card_auth.authorizations a left join card_auth.holds h on h.authorization_id = a.id where a.id = any($1::uuid[])`, [ok])
+  const rows = await db.query<{ id: string, status: string, has_hold: boolean }>('select a.id, a.status, h.id is not null as has_hold from card_auth.authorizations a left join card_auth.holds h on h.authorization_id = a.id where a.id = any($1::uuid[])', [ok])
   t.equal(rows.length, ok.length, 'every 201 is in the database')
   t.ok(rows.every(r => r.status === 'approved' && r.has_hold), 'every 201 has its hold')
   await invariants(t, db, 'tok_once_2', START)

@@ -21,8 +21,11 @@ const db = await testDatabase(t, env)
 await db.query("insert into card_auth.card_accounts (token, currency, available) values ('tok_deck_1', 'EUR', 1000000000)")
 const fleet = await startFleet(t, db, { env })
 const deck = await startDeck(t, db, {
-  cardAuth: fleet.lanes['card-auth']!.url, fraud: fleet.lanes.fraud!.url, tax: fleet.lanes.tax!.url,
-  gateway: fleet.gateway.url, sandbox: fleet.sandbox.url,
+  cardAuth: fleet.lanes['card-auth']!.url,
+  fraud: fleet.lanes.fraud!.url,
+  tax: fleet.lanes.tax!.url,
+  gateway: fleet.gateway.url,
+  sandbox: fleet.sandbox.url,
 })
 const browser = await launchChromium(t)
 const context = await browser.newContext({ viewport: { width: 1400, height: 1000 } })

@@ -10,8 +10,15 @@ import { startFleet } from '../helpers/fleet.ts'
 import { call, sleep } from '../helpers/http.ts'
 
 const limitsEnv = {
-  CARD_AUTH_PERMITS: '6', CARD_AUTH_QUEUE: '3', CARD_AUTH_QUEUE_WAIT_MS: '2000', CARD_AUTH_POOL_MAX: '4',
-  TAX_PERMITS: '4', TAX_POOL_MAX: '2', FRAUD_PERMITS: '3', FRAUD_QUEUE: '2', FRAUD_POOL_MAX: '2',
+  CARD_AUTH_PERMITS: '6',
+  CARD_AUTH_QUEUE: '3',
+  CARD_AUTH_QUEUE_WAIT_MS: '2000',
+  CARD_AUTH_POOL_MAX: '4',
+  TAX_PERMITS: '4',
+  TAX_POOL_MAX: '2',
+  FRAUD_PERMITS: '3',
+  FRAUD_QUEUE: '2',
+  FRAUD_POOL_MAX: '2',
 }
 const db = await testDatabase(t, limitsEnv)
 await db.query("insert into card_auth.card_accounts (token, currency, available) values ('tok_quota_1', 'EUR', 1000000000)")

@@ -40,8 +40,13 @@ t.teardown(() => fs.rmSync(keyDir, { recursive: true, force: true }))
 const keysFile = path.join(keyDir, 'keys.json')
 const apiKey = createKey(keysFile, 'iso-client')
 const gw = await startProcess(t, 'gateway', 'gateway/main.ts', {
-  ...env, GATEWAY_PORT: '0', GATEWAY_HOST: '127.0.0.1', API_KEYS_FILE: keysFile,
-  CARD_AUTH_URL: card.url, FRAUD_URL: 'http://127.0.0.1:9', TAX_URL: `http://127.0.0.1:${taxPort}`,
+  ...env,
+  GATEWAY_PORT: '0',
+  GATEWAY_HOST: '127.0.0.1',
+  API_KEYS_FILE: keysFile,
+  CARD_AUTH_URL: card.url,
+  FRAUD_URL: 'http://127.0.0.1:9',
+  TAX_URL: `http://127.0.0.1:${taxPort}`,
 })
 await untilServing(gw.url)
 let n = 0

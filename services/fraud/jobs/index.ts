@@ -9,24 +9,24 @@ import { score, weightsFromEnv } from '../scoring.ts'
 export function jobTypes (): JobType[] {
   const weights = weightsFromEnv()
   return [{
-  type: JOB_NAMES.fraudScore,
-  lane: 'fraud',
-  idempotent: true,
-  async run (payload, ctx) {
-    return withTransaction(ctx.db!, async c => {
-      const { rows } = await c.query<{ id: string, card_token: string, amount: string, ip_country: string | null, billing_country: string | null, status: string }>(
-        'select id, card_token, amount, ip_country, billing_country, status from fraud.screenings where id = $1 for update', [payload.screeningId])
-      const s = rows[0]
-      if (!s) throw new FatalJobError(`screening ${String(payload.screeningId)} does not exist`)
-      if (s.status === 'final') return { already: true }
-      const h = await cardHistory(c, s.card_token, weights, s.id)
-      const result = score({ amount: Number(s.amount), ipCountry: s.ip_country ?? undefined, billingCountry: s.billing_country ?? undefined, ...h }, weights)
-      // `response` keeps the first answer (the 202) for idempotent replays; GET shows the result.
-      await c.query(
+    type: JOB_NAMES.fraudScore,
+    lane: 'fraud',
+    idempotent: true,
+    async run (payload, ctx) {
+      return withTransaction(ctx.db!, async c => {
+        const { rows } = await c.query<{ id: string, card_token: string, amount: string, ip_country: string | null, billing_country: string | null, status: string }>(
+          'select id, card_token, amount, ip_country, billing_country, status from fraud.screenings where id = $1 for update', [payload.screeningId])
+        const s = rows[0]
+        if (!s) throw new FatalJobError(`screening ${String(payload.screeningId)} does not exist`)
+        if (s.status === 'final') return { already: true }
+        const h = await cardHistory(c, s.card_token, weights, s.id)
+        const result = score({ amount: Number(s.amount), ipCountry: s.ip_country ?? undefined, billingCountry: s.billing_country ?? undefined, ...h }, weights)
+        // `response` keeps the first answer (the 202) for idempotent replays; GET shows the result.
+        await c.query(
         `update fraud.screenings set status = 'final', score = $2, decision = $3, reasons = $4, scored_at = now()
           where id = $1 and status = 'queued'`, [s.id, result.score, result.decision, JSON.stringify(result.reasons)])
-      return { score: result.score, decision: result.decision }
-    })
-  },
-}]
+        return { score: result.score, decision: result.decision }
+      })
+    },
+  }]
 }

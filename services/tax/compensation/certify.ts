@@ -19,8 +19,11 @@ const MAX_WAIT_MS = 1_000
 async function askProvider (provider: ReturnType<typeof createOriginPool>, j: string) {
   for (let attempt = 1; ; attempt++) {
     const res = await provider.request({
-      path: '/v1/rates/quote', method: 'POST', headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ jurisdiction: j, amount: { value: 1_000_000, currency: 'EUR' } }), signal: AbortSignal.timeout(5_000),
+      path: '/v1/rates/quote',
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ jurisdiction: j, amount: { value: 1_000_000, currency: 'EUR' } }),
+      signal: AbortSignal.timeout(5_000),
     })
     const body = await res.body.json().catch(() => ({})) as { rate?: number }
     if ((res.statusCode !== 503 && res.statusCode !== 429) || attempt === ATTEMPTS) return { res, body }
