@@ -19,7 +19,10 @@ import * as esbuild from 'esbuild'
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 
-/** Every module the fleet starts by path: services/main.ts's PROCESSES, the worker's job modules, the embedded server's daemon. */
+/**
+ * Every module the fleet starts by path: services/main.ts's PROCESSES, the
+ * worker's job modules, the embedded server's daemon.
+ */
 export const ENTRIES = [
   'services/main.ts',
   'services/healthcheck.ts',

@@ -116,7 +116,13 @@ export async function buildApp (cfg: GatewayConfig) {
     done()
   })
 
-  await app.register(laneRoutes, { upstreams, keys: cfg.warmUp?.keySource(cfg.keys) ?? cfg.keys, rejected, counters, serverTiming: cfg.serverTiming ?? false })
+  await app.register(laneRoutes, {
+    upstreams,
+    keys: cfg.warmUp?.keySource(cfg.keys) ?? cfg.keys,
+    rejected,
+    counters,
+    serverTiming: cfg.serverTiming ?? false,
+  })
   app.addHook('onClose', async () => { await closeUpstreams(upstreams) })
   // Names resolved and every replica checked once before the gateway serves.
   await startUpstreams(upstreams)

@@ -20,7 +20,8 @@ export const GATEWAY_ENV = Type.Object({
   GATEWAY_EJECT_MS: Type.Integer({ default: BALANCING_DEFAULTS.ejectMs, minimum: 0, maximum: 600_000 }),
   GATEWAY_EJECT_MAX_MS: Type.Integer({ default: BALANCING_DEFAULTS.ejectMaxMs, minimum: 0, maximum: 3_600_000 }),
   GATEWAY_SLOW_START_MS: Type.Integer({ default: BALANCING_DEFAULTS.slowStartMs, minimum: 0, maximum: 600_000 }),
-  // Authorizations the gateway sends itself, rolled back by card-auth, before it reports ready (gateway/warm-up.ts); 0: none.
+  // Authorizations the gateway sends itself, rolled back by card-auth, before it
+  // reports ready (gateway/warm-up.ts); 0: none.
   GATEWAY_WARM_UP_REQUESTS: Type.Integer({ default: 2_000, minimum: 0, maximum: 100_000 }),
   // How long the warm-up waits for a ready card-auth replica before the gateway turns ready cold.
   GATEWAY_WARM_UP_WAIT_MS: Type.Integer({ default: 30_000, minimum: 0, maximum: 600_000 }),
@@ -30,9 +31,11 @@ export const GATEWAY_ENV = Type.Object({
   GATEWAY_PRESSURE_MAX_EVENT_LOOP_DELAY_MS: Type.Integer({ default: 500, minimum: 10, maximum: 600_000 }),
   GATEWAY_PRESSURE_MAX_HEAP_BYTES: PRESSURE.PRESSURE_MAX_HEAP_BYTES,
   GATEWAY_PRESSURE_MAX_RSS_BYTES: PRESSURE.PRESSURE_MAX_RSS_BYTES,
-  // Shed answers' internal timings (Server-Timing) passed to clients: for drills and benchmarks, off for the public API.
+  // Shed answers' internal timings (Server-Timing) passed to clients: for drills
+  // and benchmarks, off for the public API.
   GATEWAY_SERVER_TIMING: Type.Union([Type.Literal('off'), Type.Literal('on')], { default: 'off' }),
-  // The retry guard's counters in Redis, shared by every gateway replica (gateway/guard-store.ts); empty: in this process only.
+  // The retry guard's counters in Redis, shared by every gateway replica
+  // (gateway/guard-store.ts); empty: in this process only.
   REDIS_URL: Type.String({ default: '', pattern: '^(rediss?://.+)?$' }),
   // The most a request waits on that store before this replica decides alone (ms).
   RETRY_STORE_BUDGET_MS: Type.Integer({ default: 5, minimum: 1, maximum: 1_000 }),
@@ -43,5 +46,7 @@ export const GATEWAY_ENV = Type.Object({
   RETRY_BUDGET_RATIO: Type.Number({ default: RETRY_GUARD_DEFAULTS.budgetRatio, minimum: 0, maximum: 1 }),
   RETRY_BUDGET_FLOOR: Type.Integer({ default: RETRY_GUARD_DEFAULTS.budgetFloor, minimum: 0, maximum: 1_000_000 }),
   CLIENT_RATE_MAX: Type.Integer({ default: RETRY_GUARD_DEFAULTS.clientRateMax, minimum: 1, maximum: 10_000_000 }),
-  CLIENT_RATE_WINDOW_MS: Type.Integer({ default: RETRY_GUARD_DEFAULTS.clientRateWindowMs, minimum: 100, maximum: 3_600_000 }),
+  CLIENT_RATE_WINDOW_MS: Type.Integer({
+    default: RETRY_GUARD_DEFAULTS.clientRateWindowMs, minimum: 100, maximum: 3_600_000,
+  }),
 })

@@ -296,7 +296,8 @@ export class RedisGuardStore {
     ]
     addReleases(this.#releases.splice(0, FOLD_MAX), keys, args)
     try {
-      const [v, ttlMs, allowed] = await this.#breaker.execute(() => this.#withinBudget(this.#redis.wtDecide(keys.length, ...keys, ...args)))
+      const [v, ttlMs, allowed] = await this.#breaker.execute(() =>
+        this.#withinBudget(this.#redis.wtDecide(keys.length, ...keys, ...args)))
       return { verdict: VERDICTS[v] ?? 'ok', ttlMs, allowed }
     } catch (err) {
       if (err instanceof StoreUnavailable) throw err
@@ -315,7 +316,9 @@ export class RedisGuardStore {
   #withinBudget<T> (answer: Promise<T>): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       let settled = false
-      const timer = setTimeout(() => setImmediate(() => { if (!settled) { settled = true; reject(OVER_BUDGET) } }), this.#budgetMs)
+      const timer = setTimeout(() => setImmediate(() => {
+        if (!settled) { settled = true; reject(OVER_BUDGET) }
+      }), this.#budgetMs)
       answer.then(
         v => { if (!settled) { settled = true; clearTimeout(timer); resolve(v) } },
         (e: unknown) => { if (!settled) { settled = true; clearTimeout(timer); reject(e) } }
@@ -331,7 +334,9 @@ export class RedisGuardStore {
   answered (client: string, key: string, id: string, held: boolean, retryAfterMs: number): void {
     if (!this.#up || (!held && retryAfterMs <= 0)) return
     const k = this.#keys(client, key)
-    this.#releases.push({ log: k.log, seen: k.seen, id, held, afterMs: Math.round(retryAfterMs), at: performance.now() })
+    this.#releases.push({
+      log: k.log, seen: k.seen, id, held, afterMs: Math.round(retryAfterMs), at: performance.now(),
+    })
     if (retryAfterMs > 0 || this.#releases.length >= FLUSH_MAX) this.#flush()
     else this.#flushTimer ??= setTimeout(() => this.#flush(), RELEASE_WAIT_MS).unref()
   }

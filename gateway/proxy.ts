@@ -117,7 +117,9 @@ class LaneCall implements Dispatcher.DispatchHandler {
     if (this.#cancelled) controller.abort(new Error('client disconnected'))
   }
 
-  onResponseStart (_c: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
+  onResponseStart (
+    _c: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>
+  ): void {
     if (statusCode < 200) return // 1xx: the answer is still to come
     this.#status = statusCode
     this.#headers = headers
@@ -126,7 +128,8 @@ class LaneCall implements Dispatcher.DispatchHandler {
   onResponseData (_c: Dispatcher.DispatchController, chunk: Buffer): void { this.#chunks.push(chunk) }
 
   onResponseEnd (): void {
-    this.#resolve({ status: this.#status, headers: this.#headers, body: this.#chunks.length === 1 ? this.#chunks[0]! : Buffer.concat(this.#chunks) })
+    const body = this.#chunks.length === 1 ? this.#chunks[0]! : Buffer.concat(this.#chunks)
+    this.#resolve({ status: this.#status, headers: this.#headers, body })
   }
 
   onResponseError (_c: Dispatcher.DispatchController, err: Error): void { this.#reject(err) }
@@ -137,7 +140,9 @@ class LaneCall implements Dispatcher.DispatchHandler {
 const NOT_SENT = new Set(['ECONNREFUSED', 'UND_ERR_CONNECT_TIMEOUT', 'EHOSTUNREACH', 'ENETUNREACH'])
 
 /** The lane's answer from replica `r`, counted in its in-flight while it is out. */
-async function callReplica (up: Upstream, r: Replica, opts: Dispatcher.DispatchOptions, call: LaneCall): Promise<LaneAnswer> {
+async function callReplica (
+  up: Upstream, r: Replica, opts: Dispatcher.DispatchOptions, call: LaneCall
+): Promise<LaneAnswer> {
   r.inflight++
   r.requests++
   try {
@@ -153,7 +158,9 @@ async function callReplica (up: Upstream, r: Replica, opts: Dispatcher.DispatchO
   }
 }
 
-async function proxy (req: FastifyRequest, reply: FastifyReply, spec: RouteSpec, up: Upstream, count: ProxyCounters, serverTiming: boolean): Promise<unknown> {
+async function proxy (
+  req: FastifyRequest, reply: FastifyReply, spec: RouteSpec, up: Upstream, count: ProxyCounters, serverTiming: boolean
+): Promise<unknown> {
   let replica = up.replicas.pick()
   if (!replica) {
     const known = up.replicas.replicas.length

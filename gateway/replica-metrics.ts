@@ -9,24 +9,33 @@ import type { Upstream } from './upstreams.ts'
 
 const STATES = ['ready', 'unready', 'ejected'] as const
 
-export interface ReplicaView { address: string, state: typeof STATES[number], inflight: number, requests: number, ejections: number }
+export interface ReplicaView {
+  address: string, state: typeof STATES[number], inflight: number, requests: number, ejections: number
+}
 
 const stateOf = (r: Replica, now: number): ReplicaView['state'] => r.ejectedUntil > now ? 'ejected' : r.state === 'ready' ? 'ready' : 'unready'
 
 /** Each lane's replicas as the gateway sees them now (its GET /status; the deck shows them). */
 export function replicaViews (upstreams: Record<LaneName, Upstream>): Record<string, ReplicaView[]> {
   const now = Date.now()
-  return Object.fromEntries(Object.values(upstreams).map(u => [u.lane, u.replicas.replicas.map(r => ({ address: r.address, state: stateOf(r, now), inflight: r.inflight, requests: r.requests, ejections: r.ejections }))]))
+  const view = (r: Replica): ReplicaView =>
+    ({ address: r.address, state: stateOf(r, now), inflight: r.inflight, requests: r.requests, ejections: r.ejections })
+  return Object.fromEntries(Object.values(upstreams).map(u => [u.lane, u.replicas.replicas.map(view)]))
 }
 
 export function registerReplicaMetrics (registry: client.Registry, upstreams: Record<LaneName, Upstream>): void {
-  const each = (fn: (lane: LaneName, u: Upstream) => void): void => { for (const u of Object.values(upstreams)) fn(u.lane, u) }
+  const each = (fn: (lane: LaneName, u: Upstream) => void): void => {
+    for (const u of Object.values(upstreams)) fn(u.lane, u)
+  }
   new client.Gauge({
     name: 'gateway_upstream_replica_inflight',
     help: 'Requests in flight to each lane replica',
     labelNames: ['lane', 'replica'],
     registers: [registry],
-    collect () { this.reset(); each((lane, u) => { for (const r of u.replicas.replicas) this.set({ lane, replica: r.address }, r.inflight) }) },
+    collect () {
+      this.reset()
+      each((lane, u) => { for (const r of u.replicas.replicas) this.set({ lane, replica: r.address }, r.inflight) })
+    },
   })
   new client.Gauge({
     name: 'gateway_upstream_replica_state',
@@ -49,6 +58,9 @@ export function registerReplicaMetrics (registry: client.Registry, upstreams: Re
     help: 'Requests sent to each lane replica',
     labelNames: ['lane', 'replica'],
     registers: [registry],
-    collect () { this.reset(); each((lane, u) => { for (const r of u.replicas.replicas) this.inc({ lane, replica: r.address }, r.requests) }) },
+    collect () {
+      this.reset()
+      each((lane, u) => { for (const r of u.replicas.replicas) this.inc({ lane, replica: r.address }, r.requests) })
+    },
   })
 }

@@ -48,7 +48,8 @@ export interface Replica {
   ejections: number
 }
 
-const defaultLookup = async (host: string): Promise<string[]> => (await dns.lookup(host, { all: true })).map(a => a.address)
+const defaultLookup = async (host: string): Promise<string[]> =>
+  (await dns.lookup(host, { all: true })).map(a => a.address)
 
 interface Target { protocol: string, host: string, port: string }
 
@@ -92,7 +93,9 @@ export class ReplicaSet {
   async start (): Promise<void> {
     await this.resolve()
     await this.check()
-    this.#timers.push(setInterval(() => { void this.resolve() }, this.#o.resolveEveryMs), setInterval(() => { void this.check() }, this.#o.checkEveryMs))
+    this.#timers.push(
+      setInterval(() => { void this.resolve() }, this.#o.resolveEveryMs),
+      setInterval(() => { void this.check() }, this.#o.checkEveryMs))
     for (const t of this.#timers) t.unref()
   }
 
@@ -100,7 +103,10 @@ export class ReplicaSet {
   get inflight (): number { let n = 0; for (const r of this.#replicas.values()) n += r.inflight; return n }
   get resolveError (): string | undefined { return this.#lastResolveError }
 
-  /** Re-resolves the names: new addresses are added (unready until checked), vanished ones drained. A failed lookup keeps what was known. */
+  /**
+   * Re-resolves the names: new addresses are added (unready until checked),
+   * vanished ones drained. A failed lookup keeps what was known.
+   */
   async resolve (): Promise<void> {
     const names = this.#targets.filter(t => !literal(t.host))
     if (names.length === 0 || this.#closed) return
@@ -193,7 +199,12 @@ export class ReplicaSet {
     const r: Replica = {
       address: origin.replace(/^https?:\/\//, ''),
       origin,
-      pool: createOriginPool(origin, { connections: this.#o.cap, timeoutMs: p.timeoutMs, connectTimeoutMs: p.connectTimeoutMs, maxResponseBytes: p.maxResponseBytes }),
+      pool: createOriginPool(origin, {
+        connections: this.#o.cap,
+        timeoutMs: p.timeoutMs,
+        connectTimeoutMs: p.connectTimeoutMs,
+        maxResponseBytes: p.maxResponseBytes,
+      }),
       inflight: 0,
       // A listed address is presumed ready until its first check says otherwise;
       // one found by name waits for its check (it may be a replica still starting).

@@ -61,7 +61,9 @@ const EARLY_TOLERANCE = 0.2
 /** The spec's Retry-After for a refused retry (ADV-IR-01: "MUST include Retry-After: 5"). */
 export const RETRY_STORM_MIN_RETRY_AFTER_S = 5
 
-type Limiter = (req: FastifyRequest) => Promise<{ isAllowed: boolean, isExceeded?: boolean, ttlInSeconds?: number, key: string }>
+type Limiter = (req: FastifyRequest) => Promise<{
+  isAllowed: boolean, isExceeded?: boolean, ttlInSeconds?: number, key: string
+}>
 type CreateLimiter = (o: object) => Limiter
 
 /**
@@ -82,7 +84,10 @@ async function limiters (app: FastifyInstance, opts: RateLimitPluginOptions): Pr
 export interface RetryGuardOptions {
   config: RetryGuardConfig
   onBlock: (reason: BlockReason) => void
-  /** The longest a request can be in flight to a lane (its deadline, the gateway's wait, the connect): bounds a hold whose answer never comes. */
+  /**
+   * The longest a request can be in flight to a lane (its deadline, the
+   * gateway's wait, the connect): bounds a hold whose answer never comes.
+   */
   maxInFlightMs: number
   /**
    * The counters shared by every gateway replica (guard-store.ts); without it
@@ -95,7 +100,12 @@ export interface RetryGuardOptions {
 /** This replica's share of each limit while the shared store is out: limit / N, never below one. */
 export function replicaShare (cfg: RetryGuardConfig, replicas: number): RetryGuardConfig {
   const share = (n: number): number => Math.max(1, Math.floor(n / Math.max(1, replicas)))
-  return { ...cfg, perKeyAttempts: share(cfg.perKeyAttempts), budgetFloor: share(cfg.budgetFloor), clientRateMax: share(cfg.clientRateMax) }
+  return {
+    ...cfg,
+    perKeyAttempts: share(cfg.perKeyAttempts),
+    budgetFloor: share(cfg.budgetFloor),
+    clientRateMax: share(cfg.clientRateMax),
+  }
 }
 
 const HELD = Symbol('retry-guard-held')
@@ -156,7 +166,10 @@ async function localGuard (app: FastifyInstance, cfg: RetryGuardConfig, maxInFli
 
       const now = Date.now()
       let win = windows.get(client)
-      if (!win || now - win.start >= cfg.windowMs) { win = { start: now, requests: 0, retries: 0 }; windows.set(client, win) }
+      if (!win || now - win.start >= cfg.windowMs) {
+        win = { start: now, requests: 0, retries: 0 }
+        windows.set(client, win)
+      }
       win.requests++
       const seenKey = seenKeyOf(client, key)
       const notBefore = seen.get(seenKey)
@@ -198,7 +211,8 @@ async function localGuard (app: FastifyInstance, cfg: RetryGuardConfig, maxInFli
  * note each answer's Retry-After and release its hold. Not encapsulated: the
  * hooks see every answer.
  */
-const retryGuardPlugin: FastifyPluginAsync<RetryGuardOptions> = async (app, { config: cfg, onBlock, maxInFlightMs, shared }) => {
+const retryGuardPlugin: FastifyPluginAsync<RetryGuardOptions> = async (app, o) => {
+  const { config: cfg, onBlock, maxInFlightMs, shared } = o
   const block: Block = (reason, detail, policy, q, w, ttl, code) => {
     onBlock(reason)
     // RateLimit's t= says when there is room again; Retry-After, which wins, is
@@ -230,7 +244,8 @@ const retryGuardPlugin: FastifyPluginAsync<RetryGuardOptions> = async (app, { co
     if (decided !== undefined) {
       delete (req as Held)[SHARED]
       const retryAfterS = reply ? Number(reply.getHeader('retry-after')) || 0 : 0
-      shared!.store.answered(clientOf(req), decided.key, req.id, decided.held, retryAfterS > 0 ? retryAfterS * 1000 * (1 - EARLY_TOLERANCE) : 0)
+      const retryAfterMs = retryAfterS > 0 ? retryAfterS * 1000 * (1 - EARLY_TOLERANCE) : 0
+      shared!.store.answered(clientOf(req), decided.key, req.id, decided.held, retryAfterMs)
       return
     }
     const key = (req as Held)[HELD]

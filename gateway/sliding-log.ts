@@ -164,8 +164,14 @@ type Callback = (err: Error | null, res?: { current: number, ttl: number }) => v
 export function slidingLogStore (log: SlidingLog) {
   return class SlidingLogStore {
     readonly log = log
-    incr (key: string, cb: Callback, timeWindow: number, max: number): void { cb(null, this.log.hit(key, timeWindow, max)) }
-    read (key: string, cb: Callback, timeWindow: number, max: number): void { cb(null, this.log.peek(key, timeWindow, max)) }
+    incr (key: string, cb: Callback, timeWindow: number, max: number): void {
+      cb(null, this.log.hit(key, timeWindow, max))
+    }
+
+    read (key: string, cb: Callback, timeWindow: number, max: number): void {
+      cb(null, this.log.peek(key, timeWindow, max))
+    }
+
     child (): SlidingLogStore { return new SlidingLogStore() }
   }
 }

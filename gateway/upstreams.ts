@@ -37,9 +37,13 @@ export interface BalancingOptions {
   onChange?: (lane: LaneName, r: Replica, what: string) => void
 }
 
-export const BALANCING_DEFAULTS: BalancingOptions = Object.freeze({ resolveEveryMs: 5_000, checkEveryMs: 2_000, ejectMs: 2_000, ejectMaxMs: 30_000, slowStartMs: 10_000 })
+export const BALANCING_DEFAULTS: BalancingOptions = Object.freeze({
+  resolveEveryMs: 5_000, checkEveryMs: 2_000, ejectMs: 2_000, ejectMaxMs: 30_000, slowStartMs: 10_000,
+})
 
-export function createUpstreams (limits: Record<LaneName, LaneLimits>, urls: Record<LaneName, string>, b: BalancingOptions = BALANCING_DEFAULTS): Record<LaneName, Upstream> {
+export function createUpstreams (
+  limits: Record<LaneName, LaneLimits>, urls: Record<LaneName, string>, b: BalancingOptions = BALANCING_DEFAULTS
+): Record<LaneName, Upstream> {
   const out = {} as Record<LaneName, Upstream>
   for (const lane of LANE_NAMES) {
     const l = limits[lane]
@@ -57,7 +61,9 @@ export function createUpstreams (limits: Record<LaneName, LaneLimits>, urls: Rec
       slowStartMs: b.slowStartMs,
       ...(b.onChange ? { onChange: (r: Replica, what: string) => b.onChange!(lane, r, what) } : {}),
     })
-    out[lane] = { lane, cap: l.gateway.inflightCap, replicas, reachable: true, get inflight () { return replicas.inflight } }
+    out[lane] = {
+      lane, cap: l.gateway.inflightCap, replicas, reachable: true, get inflight () { return replicas.inflight },
+    }
   }
   return out
 }

@@ -18,7 +18,8 @@ function target (): string | undefined {
   const name = args[args.findIndex(a => a.endsWith('services/main.js')) + 1] ?? ''
   const p = BY_ENTRY.get(name)
   if (!p) return undefined
-  const port = (loadConfig(Type.Object({ [p.portEnv]: Type.Integer({ default: p.port, minimum: 1, maximum: 65535 }) }), process.env) as Record<string, number>)[p.portEnv]
+  const schema = Type.Object({ [p.portEnv]: Type.Integer({ default: p.port, minimum: 1, maximum: 65535 }) })
+  const port = (loadConfig(schema, process.env) as Record<string, number>)[p.portEnv]
   return `http://127.0.0.1:${port}${p.health.live}`
 }
 

@@ -41,7 +41,9 @@ export function createKey (file: string, clientId: string): string {
 export function revokeClient (file: string, clientId: string): number {
   const data = readKeyFile(file)
   let n = 0
-  for (const k of data.keys) if (k.clientId === clientId && !k.revokedAt) { k.revokedAt = new Date().toISOString(); n++ }
+  for (const k of data.keys) {
+    if (k.clientId === clientId && !k.revokedAt) { k.revokedAt = new Date().toISOString(); n++ }
+  }
   writeKeyFile(file, data)
   return n
 }

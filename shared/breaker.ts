@@ -33,7 +33,10 @@ export interface BreakerOptions {
   halfOpenMaxMs?: number
   /** One call of the breaker's own, to learn whether the dependency is back. */
   probe: (signal: AbortSignal) => Promise<unknown>
-  /** Whether an error is the dependency's failure (an unknown jurisdiction is an answer; the caller's own abort is nothing). */
+  /**
+   * Whether an error is the dependency's failure (an unknown jurisdiction is an
+   * answer; the caller's own abort is nothing).
+   */
   isFailure: (err: unknown) => boolean
   onTransition?: (t: BreakerTransition) => void
   /** How often an open breaker looks whether its probe is due (tests shorten it). */
@@ -69,13 +72,17 @@ export class DependencyBreaker {
   #closedEpoch = new AbortController()
   #timer: NodeJS.Timeout | undefined
   #probing = false
-  readonly counts = { shortCircuited: 0, probes: 0, transitions: { closed: 0, open: 0, half_open: 0 } as Record<BreakerStateName, number> }
+  readonly counts = {
+    shortCircuited: 0, probes: 0, transitions: { closed: 0, open: 0, half_open: 0 } as Record<BreakerStateName, number>,
+  }
 
   constructor (o: BreakerOptions) {
     this.#o = o
     this.#policy = circuitBreaker(handleWhen(err => err instanceof SlowCall || o.isFailure(err)), {
       halfOpenAfter: o.halfOpenMaxMs && o.halfOpenMaxMs > o.halfOpenAfterMs
-        ? new ExponentialBackoff({ generator: noJitterGenerator, initialDelay: o.halfOpenAfterMs, maxDelay: o.halfOpenMaxMs })
+        ? new ExponentialBackoff({
+          generator: noJitterGenerator, initialDelay: o.halfOpenAfterMs, maxDelay: o.halfOpenMaxMs,
+        })
         : o.halfOpenAfterMs,
       breaker: new CountBreaker({ threshold: o.failureRate, size: o.window, minimumNumberOfCalls: o.minimumCalls }),
     })
@@ -125,8 +132,22 @@ export class DependencyBreaker {
     this.#timer = undefined
   }
 
-  status (): { dependency: string, state: BreakerStateName, since: string, lastReason: string | null, shortCircuited: number, probes: number } {
-    return { dependency: this.#o.dependency, state: this.#state, since: new Date(this.#since).toISOString(), lastReason: this.#lastReason || null, shortCircuited: this.counts.shortCircuited, probes: this.counts.probes }
+  status (): {
+    dependency: string
+    state: BreakerStateName
+    since: string
+    lastReason: string | null
+    shortCircuited: number
+    probes: number
+  } {
+    return {
+      dependency: this.#o.dependency,
+      state: this.#state,
+      since: new Date(this.#since).toISOString(),
+      lastReason: this.#lastReason || null,
+      shortCircuited: this.counts.shortCircuited,
+      probes: this.counts.probes,
+    }
   }
 
   #slowAt<T> (p: Promise<T>, ms: number): Promise<T> {
@@ -145,7 +166,9 @@ export class DependencyBreaker {
     this.#policy.execute(() => {
       this.counts.probes++
       const t = setTimeout(() => { ac.abort(new SlowCall(this.#o.slowCallMs)) }, this.#o.slowCallMs)
-      return this.#o.probe(ac.signal).finally(() => { clearTimeout(t) }).catch(err => { throw ac.signal.aborted ? ac.signal.reason : err })
+      return this.#o.probe(ac.signal)
+        .finally(() => { clearTimeout(t) })
+        .catch(err => { throw ac.signal.aborted ? ac.signal.reason : err })
     }).catch(() => {}).finally(() => { this.#probing = false })
   }
 
@@ -181,7 +204,9 @@ export function breakerMetrics (registry: client.Registry, breakers: () => reado
     labelNames: ['dependency', 'state'],
     registers: [registry],
     collect () {
-      for (const b of breakers()) for (const s of BREAKER_STATES) this.set({ dependency: b.dependency, state: s }, b.state === s ? 1 : 0)
+      for (const b of breakers()) {
+        for (const s of BREAKER_STATES) this.set({ dependency: b.dependency, state: s }, b.state === s ? 1 : 0)
+      }
     },
   })
   new client.Counter({

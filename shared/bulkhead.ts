@@ -119,7 +119,10 @@ export class Bulkhead {
   #weights = 0
   /** Waiters that gave their place to a tenant holding less. */
   displaced = 0
-  /** Requests refused while their tenant was at or over its share and another tenant was in flight (displaced ones included). */
+  /**
+   * Requests refused while their tenant was at or over its share and another
+   * tenant was in flight (displaced ones included).
+   */
   fairShed = 0
   readonly reserve: number
   readonly #weight: (tenant: string) => number
@@ -179,13 +182,27 @@ export class Bulkhead {
   #refusal (reason: RejectReason, name: string, displacedFor?: string): BulkheadRejected {
     let tenants = this.tenantsInFlight
     let weights = this.#weights
-    const w = (n: string): number => { const t = this.#live(n); if (t) return t.weight; tenants++; const x = this.#weight(n); weights += x; return x }
+    const w = (n: string): number => {
+      const t = this.#live(n)
+      if (t) return t.weight
+      tenants++
+      const x = this.#weight(n)
+      weights += x
+      return x
+    }
     const mine = w(name)
     if (displacedFor !== undefined) w(displacedFor)
     if (tenants < 2) return new BulkheadRejected(reason)
     const t = this.#live(name)
     const displaced = displacedFor !== undefined
-    const fair: FairShare = { tenant: name, held: t?.held ?? 0, queued: t?.queue.length ?? 0, share: this.permits * mine / weights, tenants, displaced }
+    const fair: FairShare = {
+      tenant: name,
+      held: t?.held ?? 0,
+      queued: t?.queue.length ?? 0,
+      share: this.permits * mine / weights,
+      tenants,
+      displaced,
+    }
     if (displaced || fair.held + fair.queued >= fair.share) this.fairShed++
     return new BulkheadRejected(reason, fair)
   }
@@ -193,7 +210,11 @@ export class Bulkhead {
   /** The `n` tenants holding the most permits (then places), heaviest first. */
   top (n: number): TenantLoad[] {
     const all: TenantLoad[] = []
-    for (const t of this.#tenants.values()) if (t.live) all.push({ tenant: t.name, held: t.held, queued: t.queue.length, share: this.permits * t.weight / this.#weights })
+    for (const t of this.#tenants.values()) {
+      if (!t.live) continue
+      const share = this.permits * t.weight / this.#weights
+      all.push({ tenant: t.name, held: t.held, queued: t.queue.length, share })
+    }
     return all.sort((a, b) => (b.held - a.held) || (b.queued - a.queued)).slice(0, n)
   }
 
@@ -289,7 +310,9 @@ export class Bulkhead {
     // Its standing is taken with its own place still counted. A waiter that timed
     // out beside a free permit was kept from the reserve: refused for its share.
     const kept = reason === 'queue_timeout' && this.#active < this.permits
-    const refusal = displacedFor !== undefined ? this.#refusal(reason, w.tenant.name, displacedFor) : kept ? this.#refusal(reason, w.tenant.name) : new BulkheadRejected(reason)
+    const refusal = displacedFor !== undefined
+      ? this.#refusal(reason, w.tenant.name, displacedFor)
+      : kept ? this.#refusal(reason, w.tenant.name) : new BulkheadRejected(reason)
     if (i >= 0) { q.splice(i, 1); this.#queued-- }
     this.#tidy(w.tenant)
     this.#settle(w)

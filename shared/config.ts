@@ -15,7 +15,9 @@ const WRITTEN: Record<string, { pattern: RegExp, says: string } | undefined> = {
   boolean: { pattern: /^(true|false|1|0)$/, says: 'true, false, 1 or 0' },
 }
 
-export function loadConfig<S extends TSchema> (schema: S, env: Record<string, string | undefined>): Readonly<Static<S>> {
+export function loadConfig<S extends TSchema> (
+  schema: S, env: Record<string, string | undefined>
+): Readonly<Static<S>> {
   const raw: Record<string, unknown> = {}
   const written = new Map<string, string>()
   const props = (schema as unknown as { properties?: Record<string, { type?: unknown }> }).properties ?? {}

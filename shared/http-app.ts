@@ -36,7 +36,9 @@ export interface DrainBounds { maxBytes: number, maxMs: number, lingerMs: number
  * A client sending a huge or endless body holds the socket for `maxMs +
  * lingerMs` at most after its headers.
  */
-export const DRAIN_DEFAULTS: Readonly<DrainBounds> = Object.freeze({ maxBytes: 8 * 1024 * 1024, maxMs: 5_000, lingerMs: 1_000 })
+export const DRAIN_DEFAULTS: Readonly<DrainBounds> = Object.freeze({
+  maxBytes: 8 * 1024 * 1024, maxMs: 5_000, lingerMs: 1_000,
+})
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/
 // Health, status and metrics: polled every second by probes, the deck and Prometheus; never logged.

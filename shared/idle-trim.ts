@@ -26,7 +26,15 @@ export interface IdleTrimOptions {
   /** Busy share of the event loop under which a window counts as idle. */
   maxUtilization?: number
   /** Called after each collection, e.g. to log it. */
-  onTrim?: (t: { pauseMs: number, newSpaceBeforeMb: number, newSpaceAfterMb: number, heapUsedBeforeMb: number, heapUsedAfterMb: number, heapTotalBeforeMb: number, heapTotalAfterMb: number }) => void
+  onTrim?: (t: {
+    pauseMs: number
+    newSpaceBeforeMb: number
+    newSpaceAfterMb: number
+    heapUsedBeforeMb: number
+    heapUsedAfterMb: number
+    heapTotalBeforeMb: number
+    heapTotalAfterMb: number
+  }) => void
 }
 
 const MB = 1024 * 1024
@@ -58,7 +66,8 @@ function exposedGc (): { trim: () => void, compact: () => void } | undefined {
     const major = (): void => full({ type: 'major', execution: 'sync' })
     return { trim: major, compact: major }
   }
-  // Node 20: the call this module made before, which is what gives the young generation back there, then the full collection.
+  // Node 20: the call this module made before, which is what gives the young
+  // generation back there, then the full collection.
   return { trim: () => { full({ type: 'major', execution: 'sync' }); full() }, compact: () => full() }
 }
 
@@ -69,7 +78,10 @@ function newSpaceBytes (): number {
 /** Heap committed over what it uses, past which the check goes on compacting at idle. */
 const SLACK_BYTES = 8 * MB
 
-/** Starts the idle check; returns a stop function. A no-op when `idleMs` is 0, or (said in one line) without `--expose-gc`. */
+/**
+ * Starts the idle check; returns a stop function. A no-op when `idleMs` is 0,
+ * or (said in one line) without `--expose-gc`.
+ */
 export function startIdleTrim (opts: IdleTrimOptions): () => void {
   if (opts.idleMs <= 0) return () => {}
   const gc = exposedGc()
@@ -98,7 +110,15 @@ export function startIdleTrim (opts: IdleTrimOptions): () => void {
     idleTrimStats.collections++
     idleTrimStats.pauseSeconds += pauseMs / 1000
     idleTrimStats.freedBytes += Math.max(0, h0.used_heap_size - h1.used_heap_size)
-    opts.onTrim?.({ pauseMs, newSpaceBeforeMb: before / MB, newSpaceAfterMb: after / MB, heapUsedBeforeMb: h0.used_heap_size / MB, heapUsedAfterMb: h1.used_heap_size / MB, heapTotalBeforeMb: h0.total_heap_size / MB, heapTotalAfterMb: h1.total_heap_size / MB })
+    opts.onTrim?.({
+      pauseMs,
+      newSpaceBeforeMb: before / MB,
+      newSpaceAfterMb: after / MB,
+      heapUsedBeforeMb: h0.used_heap_size / MB,
+      heapUsedAfterMb: h1.used_heap_size / MB,
+      heapTotalBeforeMb: h0.total_heap_size / MB,
+      heapTotalAfterMb: h1.total_heap_size / MB,
+    })
     idleSince = Date.now()
     return { before, after, totalAfter: h1.total_heap_size }
   }

@@ -35,7 +35,10 @@ export interface LaneDefaults {
   readonly fairReserve: number
 }
 
-/** A lane's tenants: the request's `merchantId` (the client's id when it has none), the API client, or none (plain FIFO). */
+/**
+ * A lane's tenants: the request's `merchantId` (the client's id when it has
+ * none), the API client, or none (plain FIFO).
+ */
 export type FairBy = 'merchant' | 'client' | 'off'
 
 export type SaturationCode = 'ERR_CARD_AUTH_SATURATED' | 'ERR_FRAUD_SATURATED' | 'ERR_TAX_BULKHEAD_SATURATED'
@@ -56,9 +59,19 @@ export const LANE_DEFAULTS: Readonly<Record<LaneName, LaneDefaults>> = Object.fr
  * `extensions` (a fair-share refusal's figures). The gateway
  * answers with it when its in-flight cap for a lane that is up is full.
  */
-export function saturationError (lane: LaneName, detail: string, policy: { name: string, quota: number, windowSeconds?: number }, extensions: Record<string, unknown> = {}): AppError {
+export function saturationError (
+  lane: LaneName,
+  detail: string,
+  policy: { name: string, quota: number, windowSeconds?: number },
+  extensions: Record<string, unknown> = {}
+): AppError {
   const code = LANE_DEFAULTS[lane].saturated
-  const fields = rateLimitFields({ name: policy.name, quota: policy.quota, windowSeconds: policy.windowSeconds ?? 1, resetSeconds: ERRORS[code].retryAfter })
+  const fields = rateLimitFields({
+    name: policy.name,
+    quota: policy.quota,
+    windowSeconds: policy.windowSeconds ?? 1,
+    resetSeconds: ERRORS[code].retryAfter,
+  })
   return new AppError(code, { detail, headers: fields.headers, extensions: { ...fields.extensions, ...extensions } })
 }
 
@@ -175,7 +188,11 @@ export interface LaneLimits {
     readonly replicas: number
     /** What the lane's replicas share of the role's limit: all but the workers' part. */
     readonly replicaBudget: number
-    /** The pool's max at a share for max(1, replicas) replicas: its share less its writer (WRITER_CONNECTIONS) and one for a reset (RESET_CONNECTIONS). With replicas 0, the most it may grow to. */
+    /**
+     * The pool's max at a share for max(1, replicas) replicas: its share less
+     * its writer (WRITER_CONNECTIONS) and one for a reset (RESET_CONNECTIONS).
+     * With replicas 0, the most it may grow to.
+     */
     readonly poolMax: number
     readonly replicaHeartbeatMs: number
     readonly replicaTtlMs: number
@@ -184,12 +201,19 @@ export interface LaneLimits {
     readonly statementTimeoutMs: number
     readonly idleInTxTimeoutMs: number
     readonly leakDetectionMs: number
-    /** Under load, how long the lane's group-commit writer holds a batch for more to join (ms; 0: one turn of the event loop). */
+    /**
+     * Under load, how long the lane's group-commit writer holds a batch for
+     * more to join (ms; 0: one turn of the event loop).
+     */
     readonly commitDelayMs: number
   }
   /** MC-RT-01's recovery check: back under `baselineActive` permits within `lagMs` of the dependency's recovery. */
   readonly recovery: { readonly lagMs: number, readonly baselineActive: number }
-  readonly state: { readonly saturatedExitBelow: number, readonly recoverBelow: number, readonly recoverWindowMs: number }
+  readonly state: {
+    readonly saturatedExitBelow: number
+    readonly recoverBelow: number
+    readonly recoverWindowMs: number
+  }
   readonly pressure: PressureLimits
   readonly gateway: { readonly inflightCap: number }
   /** Fair admission between tenants: who they are, their weights (default 1), the reserve. */
@@ -198,7 +222,10 @@ export interface LaneLimits {
   readonly host: string
 }
 
-/** A replica's pool max for a share of its role's limit: the share less its writer and its reset connection, at least one. */
+/**
+ * A replica's pool max for a share of its role's limit: the share less its
+ * writer and its reset connection, at least one.
+ */
 export function poolMaxOfShare (share: number): number {
   return Math.max(1, share - WRITER_CONNECTIONS - RESET_CONNECTIONS)
 }
@@ -220,7 +247,8 @@ export function laneLimits (lane: LaneName, env: Record<string, string | undefin
   const scoped: Record<string, string | undefined> = {}
   for (const [k, v] of Object.entries(env)) if (k.startsWith(prefix)) scoped[k.slice(prefix.length)] = v
   if (env.ROLE_PREFIX !== undefined && scoped.ROLE_PREFIX === undefined) scoped.ROLE_PREFIX = env.ROLE_PREFIX
-  const c: Static<ReturnType<typeof laneSchema>> = loadConfig(laneSchema(d, LANE_QUEUES[lane].length > 0 ? 1 : 0), scoped)
+  const schema = laneSchema(d, LANE_QUEUES[lane].length > 0 ? 1 : 0)
+  const c: Static<ReturnType<typeof laneSchema>> = loadConfig(schema, scoped)
   // The default reserve never takes all of a lane's permits; one set by hand must be below them.
   const reserveSet = scoped.FAIR_RESERVE !== undefined && scoped.FAIR_RESERVE !== ''
   const reserve = reserveSet ? c.FAIR_RESERVE : Math.min(c.FAIR_RESERVE, c.PERMITS - 1)
@@ -254,8 +282,14 @@ export function laneLimits (lane: LaneName, env: Record<string, string | undefin
       leakDetectionMs: c.LEAK_DETECTION_MS,
       commitDelayMs: c.COMMIT_DELAY_MS,
     }),
-    recovery: Object.freeze({ lagMs: c.RECOVERY_LAG_MS, baselineActive: Math.min(c.RECOVERY_BASELINE_ACTIVE, c.PERMITS) }),
-    state: Object.freeze({ saturatedExitBelow: c.STATE_SATURATED_EXIT_BELOW, recoverBelow: c.STATE_RECOVER_BELOW, recoverWindowMs: c.STATE_RECOVER_WINDOW_MS }),
+    recovery: Object.freeze({
+      lagMs: c.RECOVERY_LAG_MS, baselineActive: Math.min(c.RECOVERY_BASELINE_ACTIVE, c.PERMITS),
+    }),
+    state: Object.freeze({
+      saturatedExitBelow: c.STATE_SATURATED_EXIT_BELOW,
+      recoverBelow: c.STATE_RECOVER_BELOW,
+      recoverWindowMs: c.STATE_RECOVER_WINDOW_MS,
+    }),
     pressure: toPressureLimits(c),
     gateway: Object.freeze({ inflightCap: gatewayCap(c.PERMITS, c.QUEUE) }),
     fair: Object.freeze({ by: c.FAIR_BY, weights: fairWeights(prefix, c.FAIR_WEIGHTS), reserve }),
@@ -269,8 +303,18 @@ export function laneUrl (l: LaneLimits): string {
   return `http://${l.host}:${l.port}`
 }
 
+/** A DB role of the fleet (dbRoles()). */
+export interface DbRole {
+  role: string
+  schema: string
+  connectionLimit: number
+  statementTimeoutMs: number
+  idleInTxTimeoutMs: number
+  enqueues: boolean
+}
+
 /** Every DB role of the fleet with its fleet-wide connection limit, derived from the lane table. */
-export function dbRoles (env: Record<string, string | undefined> = process.env): Array<{ role: string, schema: string, connectionLimit: number, statementTimeoutMs: number, idleInTxTimeoutMs: number, enqueues: boolean }> {
+export function dbRoles (env: Record<string, string | undefined> = process.env): DbRole[] {
   const lanes = LANE_NAMES.map(n => laneLimits(n, env)).map(l => ({
     role: l.db.role,
     schema: l.db.schema,
@@ -282,7 +326,21 @@ export function dbRoles (env: Record<string, string | undefined> = process.env):
   const jobsLimit = Number(env.JOBS_POOL_MAX ?? JOBS_ROLE.poolMax)
   return [
     ...lanes,
-    { role: jobsRoleName(env), schema: JOBS_ROLE.schema, connectionLimit: jobsLimit, statementTimeoutMs: 5_000, idleInTxTimeoutMs: 10_000, enqueues: false },
-    { role: deckRoleName(env), schema: DECK_ROLE.schema, connectionLimit: DECK_ROLE.poolMax, statementTimeoutMs: 2_000, idleInTxTimeoutMs: 5_000, enqueues: false },
+    {
+      role: jobsRoleName(env),
+      schema: JOBS_ROLE.schema,
+      connectionLimit: jobsLimit,
+      statementTimeoutMs: 5_000,
+      idleInTxTimeoutMs: 10_000,
+      enqueues: false,
+    },
+    {
+      role: deckRoleName(env),
+      schema: DECK_ROLE.schema,
+      connectionLimit: DECK_ROLE.poolMax,
+      statementTimeoutMs: 2_000,
+      idleInTxTimeoutMs: 5_000,
+      enqueues: false,
+    },
   ]
 }

@@ -19,7 +19,9 @@ export function createRegistry (processName: string): client.Registry {
 }
 
 /** A counter read at scrape time from a running count kept elsewhere (which only grows). */
-function countOf (registry: client.Registry, name: string, help: string, labels: Record<string, string>, read: () => number): void {
+function countOf (
+  registry: client.Registry, name: string, help: string, labels: Record<string, string>, read: () => number
+): void {
   let reported = 0
   new client.Counter({
     name,
@@ -56,7 +58,10 @@ export interface LaneMetricSources {
   pool: () => pg.Pool
   /** How long the lane has lagged behind its recovered dependency (ms; 0 when it has not). */
   recoveryLagMs: () => number
-  /** Fair admission (shared/bulkhead.ts): tenants in flight, refusals of a tenant at or over its share, waiters displaced. */
+  /**
+   * Fair admission (shared/bulkhead.ts): tenants in flight, refusals of a tenant
+   * at or over its share, waiters displaced.
+   */
   tenants: () => number
   fairShed: () => number
   displaced: () => number
@@ -93,7 +98,10 @@ export function laneMetrics (registry: client.Registry, s: LaneMetricSources): L
     help: 'Lane state, 1 for the current state',
     labelNames: ['lane', 'state'],
     registers: [registry],
-    collect () { const cur = s.state(); for (const st of LANE_STATES) this.set({ lane, state: st }, st === cur ? 1 : 0) },
+    collect () {
+      const cur = s.state()
+      for (const st of LANE_STATES) this.set({ lane, state: st }, st === cur ? 1 : 0)
+    },
   })
   new client.Gauge({
     name: 'bulkhead_db_pool_connections',

@@ -19,18 +19,29 @@ export const PRESSURE_SCHEMA_PROPERTIES = {
   PRESSURE_MAX_RSS_BYTES: Type.Integer({ default: 2_048 * 1024 * 1024, minimum: 0, maximum: 2 ** 48 }),
 }
 
-interface PressureEnv { PRESSURE_MAX_EVENT_LOOP_DELAY_MS: number, PRESSURE_MAX_EVENT_LOOP_UTILIZATION: number, PRESSURE_MAX_HEAP_BYTES: number, PRESSURE_MAX_RSS_BYTES: number }
+interface PressureEnv {
+  PRESSURE_MAX_EVENT_LOOP_DELAY_MS: number
+  PRESSURE_MAX_EVENT_LOOP_UTILIZATION: number
+  PRESSURE_MAX_HEAP_BYTES: number
+  PRESSURE_MAX_RSS_BYTES: number
+}
 
 /** Limits from a validated config that holds the PRESSURE_* keys. */
 export function toPressureLimits (c: PressureEnv): PressureLimits {
-  return Object.freeze({ maxEventLoopDelayMs: c.PRESSURE_MAX_EVENT_LOOP_DELAY_MS, maxEventLoopUtilization: c.PRESSURE_MAX_EVENT_LOOP_UTILIZATION, maxHeapUsedBytes: c.PRESSURE_MAX_HEAP_BYTES, maxRssBytes: c.PRESSURE_MAX_RSS_BYTES })
+  return Object.freeze({
+    maxEventLoopDelayMs: c.PRESSURE_MAX_EVENT_LOOP_DELAY_MS,
+    maxEventLoopUtilization: c.PRESSURE_MAX_EVENT_LOOP_UTILIZATION,
+    maxHeapUsedBytes: c.PRESSURE_MAX_HEAP_BYTES,
+    maxRssBytes: c.PRESSURE_MAX_RSS_BYTES,
+  })
 }
 
 /** `<prefix>PRESSURE_*` from env, validated (ERR_CONFIG_INVALID names the variables as spelled). */
 export function pressureLimits (prefix: string, env: Record<string, string | undefined> = process.env): PressureLimits {
-  const schema = Type.Object(Object.fromEntries(Object.entries(PRESSURE_SCHEMA_PROPERTIES).map(([k, v]) => [prefix + k, v])))
-  const c = loadConfig(schema, env) as Record<string, number>
-  return toPressureLimits(Object.fromEntries(Object.keys(PRESSURE_SCHEMA_PROPERTIES).map(k => [k, c[prefix + k]!])) as unknown as PressureEnv)
+  const props = Object.entries(PRESSURE_SCHEMA_PROPERTIES).map(([k, v]) => [prefix + k, v])
+  const c = loadConfig(Type.Object(Object.fromEntries(props)), env) as Record<string, number>
+  const unprefixed = Object.fromEntries(Object.keys(PRESSURE_SCHEMA_PROPERTIES).map(k => [k, c[prefix + k]!]))
+  return toPressureLimits(unprefixed as unknown as PressureEnv)
 }
 
 /** The defaults, for apps built in-process without env (tests, tax:certify's sandbox). */

@@ -14,7 +14,9 @@ export interface RateLimitPolicy {
   resetSeconds: number
 }
 
-export function rateLimitFields (p: RateLimitPolicy): { headers: Record<string, string>, extensions: Record<string, unknown> } {
+export function rateLimitFields (
+  p: RateLimitPolicy
+): { headers: Record<string, string>, extensions: Record<string, unknown> } {
   const t = Math.max(0, Math.ceil(p.resetSeconds))
   return {
     headers: { 'ratelimit-policy': `"${p.name}";q=${p.quota};w=${Math.max(1, Math.ceil(p.windowSeconds))}`, ratelimit: `"${p.name}";r=0;t=${t}` },

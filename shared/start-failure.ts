@@ -13,7 +13,9 @@ export interface StartFailure { readonly code: string, readonly msg: string, rea
 
 type Env = Record<string, string | undefined>
 
-interface ErrLike { code?: unknown, message?: unknown, stack?: unknown, port?: unknown, hostname?: unknown, errors?: unknown[] }
+interface ErrLike {
+  code?: unknown, message?: unknown, stack?: unknown, port?: unknown, hostname?: unknown, errors?: unknown[]
+}
 
 // Node's codes for a server that did not answer (ECONNREFUSED also as the
 // AggregateError of a name with several addresses), and PostgreSQL's for one
@@ -44,7 +46,10 @@ export function failStart (name: string, err: unknown, env: Env = process.env): 
   process.exit(1)
 }
 
-/** The connection strings this process was given: DATABASE_URL and the lanes' <LANE>_DATABASE_URL, never with their passwords. */
+/**
+ * The connection strings this process was given: DATABASE_URL and the lanes'
+ * <LANE>_DATABASE_URL, never with their passwords.
+ */
 function dbUrls (env: Env): Array<{ variable: string, host: string, port: string, user: string }> {
   const out = []
   for (const [variable, v] of Object.entries(env)) {
@@ -83,11 +88,16 @@ function authFailed (message: string, env: Env): StartFailure {
   }
 }
 
-/** A 53300 no start budget caught (one with a budget is ERR_DB_ROLE_LIMIT_REACHED already): its limit from the lane table. */
+/**
+ * A 53300 no start budget caught (one with a budget is
+ * ERR_DB_ROLE_LIMIT_REACHED already): its limit from the lane table.
+ */
 function roleFull (message: string, env: Env): StartFailure {
   const role = /for role "([^"]+)"/.exec(message)?.[1] ?? 'its role'
   let limit: number | undefined
-  try { limit = dbRoles(env).find(r => r.role === role)?.connectionLimit } catch { /* a bad lane setting: say no number */ }
+  try {
+    limit = dbRoles(env).find(r => r.role === role)?.connectionLimit
+  } catch { /* a bad lane setting: say no number */ }
   return {
     code: 'ERR_DB_ROLE_LIMIT_REACHED',
     msg: `role ${role} is at its CONNECTION LIMIT${limit === undefined ? '' : ` of ${limit}`}: PostgreSQL refused a connection (53300); more processes connect as ${role} than the limit allows: set the REPLICAS of the processes using it (<LANE>_REPLICAS, WORKER_REPLICAS) to how many run, or raise its limit (<LANE>_POOL_MAX, JOBS_POOL_MAX) and re-run migrate`,

@@ -25,7 +25,9 @@ t.test('each role\'s backends get its nice, the P0 role\'s stay at 0', async t =
   const before = await open(tax)
   const cardConn = await open(card)
   const logs: string[] = []
-  const bp = startBackendPriorities({ databaseUrl: db.superUrl, niceByRole: { [tax]: 10, [card]: 0 }, everyMs: 100, log: m => logs.push(m) })
+  const bp = startBackendPriorities({
+    databaseUrl: db.superUrl, niceByRole: { [tax]: 10, [card]: 0 }, everyMs: 100, log: m => logs.push(m),
+  })
   t.teardown(() => bp.stop())
   t.ok(await eventually(async () => os.getPriority(before.pid) === 10, 10_000, 50), `the tax role's backend at nice 10 (${os.getPriority(before.pid)})`)
   const after = await open(tax)

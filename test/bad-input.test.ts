@@ -18,7 +18,16 @@ const valid: Record<string, unknown> = {
   '/v1/tax/quotes': { jurisdiction: 'DE', amount: money },
 }
 
-interface Case { name: string, method?: string, path: string, headers?: Record<string, string>, raw?: string, json?: unknown, status: number, code: string }
+interface Case {
+  name: string
+  method?: string
+  path: string
+  headers?: Record<string, string>
+  raw?: string
+  json?: unknown
+  status: number
+  code: string
+}
 const cases: Case[] = []
 for (const [path, body] of Object.entries(valid)) {
   const b = body as Record<string, unknown>

@@ -29,7 +29,8 @@ async function post (body: () => BodyInit, i: number): Promise<string> {
 }
 
 const WANT = '413 application/problem+json ERR_PAYLOAD_TOO_LARGE'
-const tally = (xs: string[]): Record<string, number> => xs.reduce<Record<string, number>>((m, x) => { m[x] = (m[x] ?? 0) + 1; return m }, {})
+const tally = (xs: string[]): Record<string, number> =>
+  xs.reduce<Record<string, number>>((m, x) => { m[x] = (m[x] ?? 0) + 1; return m }, {})
 
 t.test('a 3 MB body with Content-Length: every one of 20 fetches gets the 413', async t => {
   const got: string[] = []
@@ -40,7 +41,10 @@ t.test('a 3 MB body with Content-Length: every one of 20 fetches gets the 413', 
 t.test('a 3 MB body streamed (chunked): every one of 20 fetches gets the 413', async t => {
   // The gateway refuses it after 16 KiB, long before the client has sent the rest.
   const stream = (): ReadableStream<Uint8Array> => new ReadableStream({
-    start (c) { for (let o = 0; o < THREE_MB.length; o += 64 * 1024) c.enqueue(THREE_MB.subarray(o, o + 64 * 1024)); c.close() },
+    start (c) {
+      for (let o = 0; o < THREE_MB.length; o += 64 * 1024) c.enqueue(THREE_MB.subarray(o, o + 64 * 1024))
+      c.close()
+    },
   })
   const got: string[] = []
   for (let i = 0; i < 20; i++) got.push(await post(stream, 100 + i))

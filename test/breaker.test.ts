@@ -53,7 +53,8 @@ t.test('opening cuts the calls in flight; while open nothing is called', async t
 
 t.test('errors that are not the dependency\'s do not open it', async t => {
   const b = breaker(t)
-  const thrown = async (f: () => Promise<never>): Promise<unknown> => b.call(f).then(() => undefined, (err: unknown) => err)
+  const thrown = async (f: () => Promise<never>): Promise<unknown> =>
+    b.call(f).then(() => undefined, (err: unknown) => err)
   for (let i = 0; i < 6; i++) t.ok(await thrown(async () => { throw new NotOurs() }) instanceof NotOurs, 'the caller gets its error')
   t.equal(b.state, 'closed')
   for (let i = 0; i < 2; i++) t.ok(await thrown(async () => { throw new Down() }) instanceof Down)

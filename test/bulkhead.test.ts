@@ -77,12 +77,18 @@ t.test('never exceeds its permits under a random storm', async t => {
   let inside = 0
   const outcomes: Record<string, number> = {}
   await Promise.all(Array.from({ length: 400 }, async (_, i) => {
-    await new Promise(r => setTimeout(r, i % 13))
+    await new Promise(resolve => setTimeout(resolve, i % 13))
     let permit: Permit
-    try { permit = await b.acquire() } catch (e) { const r = (e as BulkheadRejected).reason; outcomes[r] = (outcomes[r] ?? 0) + 1; return }
+    try {
+      permit = await b.acquire()
+    } catch (e) {
+      const r = (e as BulkheadRejected).reason
+      outcomes[r] = (outcomes[r] ?? 0) + 1
+      return
+    }
     inside++
     max = Math.max(max, inside)
-    await new Promise(r => setTimeout(r, i % 7))
+    await new Promise(resolve => setTimeout(resolve, i % 7))
     inside--
     if (i % 11 === 0) permit.release()
     permit.release()
@@ -154,7 +160,8 @@ t.test('random arrivals and releases: limits hold, and a waiting tenant is passe
     const permits = 1 + Math.floor(random() * 4)
     const queue = 1 + Math.floor(random() * 6)
     // Every other round with a reserve: the guarantee must not break the limits or the order.
-    const b = new Bulkhead({ permits, queue, queueWaitMs: 60_000, reserve: round % 2 === 1 ? Math.floor(permits / 2) : 0 })
+    const reserve = round % 2 === 1 ? Math.floor(permits / 2) : 0
+    const b = new Bulkhead({ permits, queue, queueWaitMs: 60_000, reserve })
     const held: Array<{ tenant: string, p: Permit }> = []
     const holding = new Map<string, number>()
     const waiting = new Map<string, number>()
@@ -171,7 +178,10 @@ t.test('random arrivals and releases: limits hold, and a waiting tenant is passe
             waiting.set(tenant, waiting.get(tenant)! - 1)
             // Every other tenant still waiting holds at least as many permits as this one did.
             checked++
-            for (const [other, n] of waiting) if (other !== tenant && n > 0 && (holding.get(other) ?? 0) < (holding.get(tenant) ?? 0)) unfair++
+            const mine = holding.get(tenant) ?? 0
+            for (const [other, n] of waiting) {
+              if (other !== tenant && n > 0 && (holding.get(other) ?? 0) < mine) unfair++
+            }
           }
           holding.set(tenant, (holding.get(tenant) ?? 0) + 1)
           held.push({ tenant, p })

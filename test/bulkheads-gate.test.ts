@@ -8,7 +8,9 @@ import t from 'tap'
 import { ROOT, TS_LOADER } from './helpers/procs.ts'
 
 const run = (dir?: string) => promisify(execFile)(process.execPath, [...TS_LOADER, '.ci/bulkheads/gate.ts', ...(dir ? [dir] : [])], { cwd: ROOT })
-  .then(r => ({ code: 0, out: r.stdout + r.stderr }), (e: { code: number, stdout: string, stderr: string }) => ({ code: e.code, out: e.stdout + e.stderr }))
+  .then(
+    r => ({ code: 0, out: r.stdout + r.stderr }),
+    (e: { code: number, stdout: string, stderr: string }) => ({ code: e.code, out: e.stdout + e.stderr }))
 
 t.test('the fleet passes the gate', async t => {
   const r = await run()

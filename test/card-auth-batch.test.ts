@@ -29,10 +29,24 @@ for (const k of ['k-0', 'k-1', 'k-2']) {
 
 // A small deterministic generator, so a failure can be replayed from its seed.
 function rng (seed: number): () => number {
-  return () => { seed = (seed + 0x6d2b79f5) | 0; let x = Math.imul(seed ^ (seed >>> 15), 1 | seed); x ^= x + Math.imul(x ^ (x >>> 7), 61 | x); return ((x ^ (x >>> 14)) >>> 0) / 4294967296 }
+  return () => {
+    seed = (seed + 0x6d2b79f5) | 0
+    let x = Math.imul(seed ^ (seed >>> 15), 1 | seed)
+    x ^= x + Math.imul(x ^ (x >>> 7), 61 | x)
+    return ((x ^ (x >>> 14)) >>> 0) / 4294967296
+  }
 }
 
-interface Batch { ids: string[], clients: string[], keys: string[], fps: string[], merchants: string[], cards: string[], amounts: number[], currencies: string[] }
+interface Batch {
+  ids: string[]
+  clients: string[]
+  keys: string[]
+  fps: string[]
+  merchants: string[]
+  cards: string[]
+  amounts: number[]
+  currencies: string[]
+}
 
 function randomBatch (r: () => number): Batch {
   const n = 1 + Math.floor(r() * 25)
@@ -53,8 +67,13 @@ function randomBatch (r: () => number): Batch {
 
 type Row = Record<string, unknown>
 
-/** One implementation on one batch, in a transaction rolled back: its answer, the rows it wrote, the balances it left. */
-async function run (c: pg.PoolClient, fn: string, b: Batch): Promise<{ answer: Row[], written: Row[], balances: Row[] }> {
+/**
+ * One implementation on one batch, in a transaction rolled back: its answer,
+ * the rows it wrote, the balances it left.
+ */
+async function run (
+  c: pg.PoolClient, fn: string, b: Batch
+): Promise<{ answer: Row[], written: Row[], balances: Row[] }> {
   await c.query('begin')
   try {
     const { rows: [tx] } = await c.query<{ now: Date }>('select now()')
@@ -77,7 +96,17 @@ t.test('the batch decides what one call per element decided, on 300 random batch
   const r = rng(seed)
   const c = await db.pool.connect()
   const holder = await db.pool.connect()
-  const seen = { approved: 0, busy: 0, in_progress: 0, replayed: 0, twiceInBatch: 0, unknown_card: 0, card_inactive: 0, currency_mismatch: 0, insufficient_funds: 0 }
+  const seen = {
+    approved: 0,
+    busy: 0,
+    in_progress: 0,
+    replayed: 0,
+    twiceInBatch: 0,
+    unknown_card: 0,
+    card_inactive: 0,
+    currency_mismatch: 0,
+    insufficient_funds: 0,
+  }
   try {
     for (let i = 0; i < 300; i++) {
       const held = i % 2 === 0
@@ -95,7 +124,8 @@ t.test('the batch decides what one call per element decided, on 300 random batch
       if (held) await holder.query('commit')
       t.same(now, before, `batch ${i} (${b.ids.length} elements)`, { diagnostic: false })
       if (JSON.stringify(now) !== JSON.stringify(before)) {
-        const differs = now.answer.flatMap((a, j) => JSON.stringify(a) === JSON.stringify(before.answer[j]) ? [] : [{ now: a, before: before.answer[j] }])
+        const differs = now.answer.flatMap((a, j) =>
+          JSON.stringify(a) === JSON.stringify(before.answer[j]) ? [] : [{ now: a, before: before.answer[j] }])
         t.comment(JSON.stringify({ seed, batch: i, differs, balances: { now: now.balances, before: before.balances } }))
         break
       }
@@ -120,7 +150,9 @@ t.test('the batch decides what one call per element decided, on 300 random batch
 t.test('an empty batch answers nothing and writes nothing', async t => {
   const c = await db.pool.connect()
   try {
-    const empty: Batch = { ids: [], clients: [], keys: [], fps: [], merchants: [], cards: [], amounts: [], currencies: [] }
+    const empty: Batch = {
+      ids: [], clients: [], keys: [], fps: [], merchants: [], cards: [], amounts: [], currencies: [],
+    }
     const r = await run(c, 'authorize_batch', empty)
     t.same(r.answer, [])
     t.same(r.written, [])

@@ -19,7 +19,10 @@ await db.query(`insert into card_auth.card_accounts (token, currency, available,
   ('tok_fair_hot', 'EUR', 100000000, 'active'), ('tok_fair_q1', 'EUR', 100000, 'active'), ('tok_fair_q2', 'EUR', 100000, 'active'), ('tok_fair_q3', 'EUR', 100000, 'active')`)
 
 let n = 0
-/** A card-auth lane with `extra` env, ready; its /status, an authorization of a merchant on a card, and a hold on card rows until `free()`. */
+/**
+ * A card-auth lane with `extra` env, ready; its /status, an authorization of a
+ * merchant on a card, and a hold on card rows until `free()`.
+ */
 async function startLane (t: Test, name: string, extra: Record<string, string>) {
   const env = { ...LIMITS, ...extra }
   const lane = await startProcess(t, name, 'services/card-auth/main.ts', laneEnv('card-auth', { ...db.env, ...env }, db.laneUrl('card-auth', env)))
@@ -54,7 +57,10 @@ async function scenario (t: Test, fairBy: 'merchant' | 'off') {
 
   const quiet = ['1', '2', '3'].map(i => auth(`m_quiet_${i}`, `tok_fair_q${i}`))
   // Decided at once either way: a place taken (the request waits) or a 429.
-  await eventually(async () => { const s = await status(); return s.queue.depth === 4 && (s.rejections.queue_full ?? 0) >= 5 }, 10_000, 20)
+  await eventually(async () => {
+    const s = await status()
+    return s.queue.depth === 4 && (s.rejections.queue_full ?? 0) >= 5
+  }, 10_000, 20)
   const during = { ...await status(), metrics: (await call(lane.url + '/metrics')).body as string }
   await free()
   const [hotRes, quietRes] = await Promise.all([Promise.all(hot), Promise.all(quiet)])
@@ -99,8 +105,11 @@ t.test('the reserve: the last permits go to a merchant under its share while the
   const slow = [auth('m_quiet_1', 'tok_fair_q1')]
   t.ok(await eventually(async () => (await status()).active === 1, 10_000, 20), 'a quiet merchant in flight')
   for (let i = 0; i < 5; i++) slow.push(auth('m_flash', 'tok_fair_hot'))
-  t.ok(await eventually(async () => { const s = await status(); return s.active === 4 && s.queue.depth === 2 }, 10_000, 20),
-    'the hot merchant took 3 of 6 permits, its share between two; its next 2 wait beside the 2 kept free')
+  const hotAtShare = await eventually(async () => {
+    const s = await status()
+    return s.active === 4 && s.queue.depth === 2
+  }, 10_000, 20)
+  t.ok(hotAtShare, 'the hot merchant took 3 of 6 permits, its share between two; its next 2 wait beside the 2 kept free')
   const third = await auth('m_quiet_2', 'tok_fair_q2')
   t.equal(third.status, 201, 'a third merchant is answered at once from the reserve')
   t.equal((await status()).queue.depth, 2, 'while the hot merchant still waits')

@@ -32,7 +32,8 @@ function tableOf (heading: string): Row[] {
   })
 }
 
-const props = (s: TObject): Record<string, TSchema & { default?: unknown }> => s.properties as Record<string, TSchema & { default?: unknown }>
+type Prop = TSchema & { default?: unknown }
+const props = (s: TObject): Record<string, Prop> => s.properties as Record<string, Prop>
 
 /** A documented default as the schema would hold it, or undefined for "required", "unset …" and the like. */
 function literal (part: string): string | undefined {

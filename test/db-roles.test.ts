@@ -15,7 +15,8 @@ const db = await testDatabase(t)
 t.test('each role has the lane table limit and timeouts', async t => {
   const rows = await db.query<{ rolname: string, rolconnlimit: number, rolconfig: string[] }>('select rolname, rolconnlimit, rolconfig from pg_roles where rolname like $1 order by rolname', [db.prefix + '%'])
   const got = Object.fromEntries(rows.map(r => [r.rolname.slice(db.prefix.length), r]))
-  t.same(Object.fromEntries(Object.entries(got).map(([k, v]) => [k, v.rolconnlimit])), { card_auth_ds: 40, deck_ds: 2, fraud_ds: 15, jobs_ds: 10, tax_ds: 5 })
+  t.same(Object.fromEntries(Object.entries(got).map(([k, v]) => [k, v.rolconnlimit])),
+    { card_auth_ds: 40, deck_ds: 2, fraud_ds: 15, jobs_ds: 10, tax_ds: 5 })
   for (const r of rows) {
     t.ok(r.rolconfig.some(c => c.startsWith('statement_timeout=')), `${r.rolname} statement_timeout`)
     t.ok(r.rolconfig.some(c => c.startsWith('idle_in_transaction_session_timeout=')), `${r.rolname} idle_in_transaction_session_timeout`)
@@ -60,7 +61,8 @@ t.test('two migrations started at once apply everything exactly once', async t =
   const u = new URL(superUrl); u.pathname = '/' + name
   const env = { ROLE_PREFIX: `m${crypto.randomBytes(3).toString('hex')}_` }
   const passwords = Object.fromEntries(dbRoles(env).map(r => [r.role, 'pw']))
-  await Promise.all([migrate({ databaseUrl: u.toString(), rolePasswords: passwords, env }), migrate({ databaseUrl: u.toString(), rolePasswords: passwords, env })])
+  const opts = { databaseUrl: u.toString(), rolePasswords: passwords, env }
+  await Promise.all([migrate(opts), migrate(opts)])
   const c = new pg.Client({ connectionString: u.toString() })
   await c.connect()
   const { rows } = await c.query<{ name: string, n: string }>('select name, count(*) as n from pgmigrations group by name order by name')

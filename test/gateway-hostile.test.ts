@@ -20,7 +20,9 @@ const PANS = ['4111111111111111', '5555 5555 5555 4444', '3782-822463-10005', '6
 const WRONG = [0, -1, 1.5, true, null, [], {}, 'x'.repeat(300), '', '<script>', { value: 1 }]
 const BAD_JSON = ['{', '{"a":', '[1,2', 'nul', '{"amount": {"value": 1,}}', '\u0000', '{"a":"\\x"}', '{}}', '"string"', '{"a":1}{"b":2}']
 
-interface Case { path: string, method?: string, headers?: Record<string, string>, body?: string, status: number, code: string }
+interface Case {
+  path: string, method?: string, headers?: Record<string, string>, body?: string, status: number, code: string
+}
 const cases: Case[] = []
 let k = 0
 const headers = (extra: Record<string, string> = {}) => ({ authorization: `Bearer ${fleet.apiKey}`, 'content-type': 'application/json', 'idempotency-key': `hostile-${++k}`, ...extra })

@@ -10,7 +10,8 @@ import { call, eventually } from './helpers/http.ts'
 import { startProcess } from './helpers/procs.ts'
 
 const db = await testDatabase(t)
-const parsed = (log: string[]): Array<{ msg?: string, [k: string]: unknown }> => log.map(l => { try { return JSON.parse(l) } catch { return {} } })
+const parsed = (log: string[]): Array<{ msg?: string, [k: string]: unknown }> =>
+  log.map(l => { try { return JSON.parse(l) } catch { return {} } })
 /** Observations of a route in a process's request histogram. */
 const observed = async (url: string, route: string): Promise<number> => {
   const text = (await call(`${url}/metrics`)).body as string

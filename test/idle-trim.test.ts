@@ -44,7 +44,13 @@ t.test('IDLE_TRIM_SECONDS: 10 by default, 0 turns it off; a negative, a word or 
 t.test('in this process: no collection while the loop is busy; once it is idle, collections until the young generation shrinks', async t => {
   growYoungGeneration()
   const grown = newSpaceMb()
-  const trims: Array<{ newSpaceBeforeMb: number, newSpaceAfterMb: number, heapTotalBeforeMb: number, heapTotalAfterMb: number, heapUsedBeforeMb: number }> = []
+  const trims: Array<{
+    newSpaceBeforeMb: number
+    newSpaceAfterMb: number
+    heapTotalBeforeMb: number
+    heapTotalAfterMb: number
+    heapUsedBeforeMb: number
+  }> = []
   const stop = startIdleTrim({ idleMs: 200, onTrim: x => trims.push(x) })
   t.teardown(stop)
   // Busy: every turn of the loop runs ~5 ms of work for a second, over five idle windows.
@@ -66,9 +72,16 @@ t.test('in this process: no collection while the loop is busy; once it is idle, 
   // After it, only collections that made the heap's committed size smaller, while it held 8 MB more than it used:
   // read once a whole second (five idle windows) went by without one.
   let seen = -1
-  await eventually(async () => { const quiet = trims.length === seen; seen = trims.length; return quiet || undefined }, 30_000, 1_000)
+  await eventually(async () => {
+    const quiet = trims.length === seen
+    seen = trims.length
+    return quiet || undefined
+  }, 30_000, 1_000)
   const after = trims.slice(trims.indexOf(shrank!) + 1)
-  t.ok(after.every((x, i) => x.heapTotalAfterMb < (i === 0 ? shrank!.heapTotalAfterMb : after[i - 1]!.heapTotalAfterMb) && x.heapTotalBeforeMb - x.heapUsedBeforeMb >= 8),
+  const smaller = (x: typeof after[number], i: number): boolean =>
+    x.heapTotalAfterMb < (i === 0 ? shrank!.heapTotalAfterMb : after[i - 1]!.heapTotalAfterMb) &&
+    x.heapTotalBeforeMb - x.heapUsedBeforeMb >= 8
+  t.ok(after.every(smaller),
     `and after it only collections that made the heap smaller: ${JSON.stringify(after.map(x => x.heapTotalAfterMb))}`)
 })
 
@@ -110,7 +123,10 @@ t.test('a fleet process (the tax sandbox, started as npm start starts it) gives 
   const offAtStart = await remote(off.url)
   t.ok(offAtStart.newSpaceMb > 4, `start-up grew the young generation past its initial size (${offAtStart.newSpaceMb} MB)`)
   // Read once a second: each read is work for the process, and the check wants a loop idle for a whole window.
-  const shrunk = await eventually(async () => { const r = await remote(on.url); return r.newSpaceMb <= 4 ? r : undefined }, 60_000, 1_000)
+  const shrunk = await eventually(async () => {
+    const r = await remote(on.url)
+    return r.newSpaceMb <= 4 ? r : undefined
+  }, 60_000, 1_000)
   t.ok(shrunk !== undefined, `with IDLE_TRIM_SECONDS=1 it shrank to ${shrunk?.newSpaceMb} MB`)
   t.ok((shrunk?.collections ?? 0) >= 1, `by the idle check's collections (${shrunk?.collections})`)
   // Whether V8's own memory reducer shrinks an idle process too is V8's choice and varies

@@ -35,7 +35,10 @@ const sampled = (async () => {
 t.teardown(async () => { sampling = false; await sampled; await sampler.end() })
 
 const until = (p: Proc, want: { max: number, replicas: number }): Promise<boolean> =>
-  eventually(async () => { const s = await status(p); return s.pool.max === want.max && s.db.replicas === want.replicas }, 20_000, 100)
+  eventually(async () => {
+    const s = await status(p)
+    return s.pool.max === want.max && s.db.replicas === want.replicas
+  }, 20_000, 100)
 
 t.test('alone, two, one stopped, one killed: each pool its share, the role never over its limit', async t => {
   const whole = limits.db.replicaBudget - 2 // less its writer's connection and the one kept for a reset

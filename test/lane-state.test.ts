@@ -46,7 +46,9 @@ t.test('RECOVERING -> SATURATED on saturation again', async t => {
 })
 
 t.test('a zero-queue lane saturates when every permit is busy', async t => {
-  const s = new LaneState({ permits: 15, queueCapacity: 0, saturatedExitBelow: 0.8, recoverBelow: 0.6, recoverWindowMs: 0 })
+  const s = new LaneState({
+    permits: 15, queueCapacity: 0, saturatedExitBelow: 0.8, recoverBelow: 0.6, recoverWindowMs: 0,
+  })
   t.equal(s.observe(14, 0), 'NORMAL')
   t.equal(s.observe(15, 0), 'SATURATED')
   t.equal(s.observe(3, 0), 'NORMAL', 'with a zero window it recovers at once')

@@ -48,6 +48,7 @@ t.test('a lane counts a connection its execution held 2.5 s in db_pool_connectio
   t.ok(await eventually(async () => (await leaks()) === 1, 8_000, 100), 'counted once the execution has held its connection past 2,000 ms')
   await locker.query('rollback')
   t.equal((await authorize).status, 201, 'the authorization itself completes')
-  // The lane runs bundled: its stack names functions (and dist/ files), the authorization's write inside the lane kit's execution.
+  // The lane runs bundled: its stack names functions (and dist/ files), the
+  // authorization's write inside the lane kit's execution.
   t.ok(await eventually(async () => lane.log.some(l => l.includes('connection leak') && /\bauthorizeOne\b/.test(l) && /\bexecute\b/.test(l)), 10_000, 50), 'and the report says where the connection was taken')
 })

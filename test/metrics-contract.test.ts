@@ -18,7 +18,8 @@ const fleet = await startFleet(t, db, { env })
 const worker = await startWorker(t, db, ['fraud-async', 'tax-reconcile'], { ...env, FRAUD_DATABASE_URL: db.laneUrl('fraud', env), TAX_DATABASE_URL: db.laneUrl('tax', env), TAX_PROVIDER_URL: fleet.sandbox.url })
 const deck = await startDeck(t, db, { cardAuth: fleet.lanes['card-auth']!.url, fraud: fleet.lanes.fraud!.url, tax: fleet.lanes.tax!.url, gateway: fleet.gateway.url })
 
-// Traffic: an authorization and a screening; a retry storm (the 5th attempt of one key); tax shed while its one permit waits on a slow provider.
+// Traffic: an authorization and a screening; a retry storm (the 5th attempt of
+// one key); tax shed while its one permit waits on a slow provider.
 const auth = { merchantId: 'm_metrics', cardToken: 'tok_metrics_1', amount: { value: 100, currency: 'EUR' } }
 for (let i = 0; i < 5; i++) await fleet.post('/v1/authorizations', auth, 'metrics-storm-key')
 await fleet.post('/v1/fraud/screenings', { cardToken: 'tok_metrics_1', merchantId: 'm_metrics', amount: { value: 100, currency: 'EUR' }, ipCountry: 'DE', billingCountry: 'DE' })
@@ -57,7 +58,8 @@ function promtool (text: string): Promise<{ code: number, out: string }> {
 // prom-client's own default gauges end in _total; promtool's linter flags them. Ours must be clean.
 const PROM_CLIENT_DEFAULT_LINT = /^nodejs_active_(handles|requests|resources)_total non-counter metrics should not have "_total" suffix$/
 
-const labelsOf = (s: Scrape, name: string): string[][] => s.samples.filter(x => x.name === name).map(x => Object.keys(x.labels).sort())
+const labelsOf = (s: Scrape, name: string): string[][] =>
+  s.samples.filter(x => x.name === name).map(x => Object.keys(x.labels).sort())
 function expectMetric (t: Test, s: Scrape, name: string, type: string, labels?: string[]): void {
   t.equal(s.types.get(name), type, `${name} is a ${type}`)
   if (!labels) return
@@ -75,7 +77,8 @@ const targets = {
   deck: deck.url,
   'tax-sandbox': fleet.sandbox.url,
 }
-const scrapes = Object.fromEntries(await Promise.all(Object.entries(targets).map(async ([k, u]) => [k, await scrape(u)] as const)))
+const scrapes = Object.fromEntries(
+  await Promise.all(Object.entries(targets).map(async ([k, u]) => [k, await scrape(u)] as const)))
 
 t.test('every process serves valid Prometheus text with its process label', async t => {
   for (const [name, s] of Object.entries(scrapes)) {

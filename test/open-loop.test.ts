@@ -7,9 +7,9 @@ import { runOpenLoop, summary } from '../benchmarks/open-loop.ts'
 
 async function server (delayMs: number) {
   const s = http.createServer((_req, res) => setTimeout(() => res.end('ok'), delayMs))
-  await new Promise<void>(r => s.listen(0, '127.0.0.1', r))
+  await new Promise<void>(resolve => s.listen(0, '127.0.0.1', resolve))
   const url = `http://127.0.0.1:${(s.address() as { port: number }).port}`
-  return { url, close: () => new Promise<void>(r => s.close(() => r())) }
+  return { url, close: () => new Promise<void>(resolve => s.close(() => resolve())) }
 }
 
 t.test('holds 300 req/s for 2 s against a server that takes 20 ms', async t => {

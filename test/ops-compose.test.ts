@@ -55,7 +55,8 @@ t.test('health checks, and CPU and memory limits per lane', async t => {
 })
 
 t.test('lanes and PostgreSQL are reachable only on internal networks', async t => {
-  const internal = new Set(Object.entries(cfg.networks as Record<string, any>).filter(([, n]) => n?.internal).map(([k]) => k))
+  const internal = new Set(Object.entries(cfg.networks as Record<string, any>)
+    .filter(([, n]) => n?.internal).map(([k]) => k))
   for (const p of [...LANE_NAMES, 'worker-fraud', 'worker-tax', 'postgres', 'tax-sandbox']) {
     t.ok(netsOf(svc[p]).every(n => internal.has(n)), `${p} only on internal networks (${netsOf(svc[p]).join(', ')})`)
     t.same(hostPorts(svc[p]), [], `${p} publishes no port`)
@@ -68,7 +69,8 @@ t.test('lanes and PostgreSQL are reachable only on internal networks', async t =
 })
 
 t.test('the gateways share their retry limits in a redis only they reach', async t => {
-  const internal = new Set(Object.entries(cfg.networks as Record<string, any>).filter(([, n]) => n?.internal).map(([k]) => k))
+  const internal = new Set(Object.entries(cfg.networks as Record<string, any>)
+    .filter(([, n]) => n?.internal).map(([k]) => k))
   t.ok(svc.redis, 'a redis service')
   t.ok(netsOf(svc.redis).length > 0 && netsOf(svc.redis).every(n => internal.has(n)), `on internal networks only (${netsOf(svc.redis).join(', ')})`)
   t.same(hostPorts(svc.redis), [], 'publishing no port')

@@ -19,13 +19,23 @@ const ROOT = fileURLToPath(new URL('..', import.meta.url))
 const IMAGE = 'watertight:0.1.0'
 
 type Labels = Record<string, string>
-interface Selector { matchLabels?: Labels, matchExpressions?: Array<{ key: string, operator: string, values?: string[] }> }
-interface Obj { apiVersion: string, kind: string, metadata: { name: string, namespace?: string, labels?: Labels, annotations?: Labels }, spec?: any, stringData?: Record<string, string>, data?: Record<string, string> }
+interface Selector {
+  matchLabels?: Labels, matchExpressions?: Array<{ key: string, operator: string, values?: string[] }>
+}
+interface Obj {
+  apiVersion: string
+  kind: string
+  metadata: { name: string, namespace?: string, labels?: Labels, annotations?: Labels }
+  spec?: any
+  stringData?: Record<string, string>
+  data?: Record<string, string>
+}
 interface Workload { name: string, kind: string, labels: Labels, annotations: Labels, pod: any, obj: Obj }
 
 function parseYaml (text: string): Obj[] {
   return parseAllDocuments(text).map(d => {
-    if (d.errors.length > 0) throw d.errors[0]!
+    const [error] = d.errors
+    if (error) throw error
     return d.toJS() as Obj | null
   }).filter((o): o is Obj => o !== null)
 }
@@ -74,11 +84,17 @@ function bytes (q: string | number): number {
 /** The fleet's pods and NetworkPolicies, and what the policies let through. */
 function fleet (objects: Obj[]) {
   const workloads: Workload[] = objects.filter(o => o.kind === 'Deployment' || o.kind === 'Job').map(o => ({
-    name: o.metadata.name, kind: o.kind, labels: o.spec.template.metadata?.labels ?? {}, annotations: o.spec.template.metadata?.annotations ?? {}, pod: o.spec.template.spec, obj: o,
+    name: o.metadata.name,
+    kind: o.kind,
+    labels: o.spec.template.metadata?.labels ?? {},
+    annotations: o.spec.template.metadata?.annotations ?? {},
+    pod: o.spec.template.spec,
+    obj: o,
   }))
   const policies = objects.filter(o => o.kind === 'NetworkPolicy')
   const types = (p: Obj): string[] => p.spec.policyTypes ?? (p.spec.egress ? ['Ingress', 'Egress'] : ['Ingress'])
-  const policiesFor = (w: Workload, type: string): Obj[] => policies.filter(p => types(p).includes(type) && selects(p.spec.podSelector, w.labels))
+  const policiesFor = (w: Workload, type: string): Obj[] =>
+    policies.filter(p => types(p).includes(type) && selects(p.spec.podSelector, w.labels))
   const workload = (name: string): Workload => {
     const w = workloads.find(x => x.name === name)
     if (!w) throw new Error(`no workload ${name}`)
@@ -293,7 +309,8 @@ t.test('at full scale, a rollout\'s surge pod included, no lane role is past its
     const c = main(w)
     t.equal(envValue(c, `${p}POOL_MAX`), undefined, `${lane}: the role limit is the lane table's (${limit}), not overridden`)
     t.equal(envValue(c, `${p}REPLICAS`), undefined, `${lane}: no fixed ${p}REPLICAS, the share follows the pods that run`)
-    const pods = (hpaOf(lane)?.spec.maxReplicas ?? w.obj.spec.replicas) + Number(w.obj.spec.strategy?.rollingUpdate?.maxSurge ?? 0)
+    const surge = Number(w.obj.spec.strategy?.rollingUpdate?.maxSurge ?? 0)
+    const pods = (hpaOf(lane)?.spec.maxReplicas ?? w.obj.spec.replicas) + surge
     const reserved = Number(envValue(c, `${p}WORKER_POOL_MAX`) ?? (LANE_QUEUES[lane].length > 0 ? 1 : 0))
     let workerMax = 0
     let perWorker = 0
@@ -374,7 +391,8 @@ t.test('ingress is denied by default, and each process is reachable by its calle
   for (const w of workloads) {
     t.strictSame(base.ingressSources(w), expected[w.name], `${w.name}: reachable from ${expected[w.name]!.join(', ') || 'nobody'}`)
     // No rule opens a port the process does not serve (or every port).
-    const served = (w.pod.containers as any[]).flatMap(c => (c.ports ?? []).flatMap((p: any) => [p.containerPort, p.name]))
+    const served = (w.pod.containers as any[])
+      .flatMap(c => (c.ports ?? []).flatMap((p: any) => [p.containerPort, p.name]))
     for (const port of base.ingressPorts(w)) t.ok(served.includes(port), `${w.name}: ingress port ${port} is served`)
   }
 })

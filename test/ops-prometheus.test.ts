@@ -57,12 +57,37 @@ const FLEET: Record<string, 'Gauge' | 'Counter' | 'Histogram' | 'Summary'> = {
   deck_target_up: 'Gauge',
 }
 
-interface Rule { alert?: string, record?: string, expr: string, for?: string, labels?: Record<string, string>, annotations?: Record<string, string> }
+interface Rule {
+  alert?: string
+  record?: string
+  expr: string
+  for?: string
+  labels?: Record<string, string>
+  annotations?: Record<string, string>
+}
 interface RuleFile { groups: { name: string, rules: Rule[] }[] }
-interface RuleTests { rule_files: string[], tests: { alert_rule_test?: { alertname: string, exp_alerts?: unknown[] }[] }[] }
+interface RuleTests {
+  rule_files: string[]
+  tests: { alert_rule_test?: { alertname: string, exp_alerts?: unknown[] }[] }[]
+}
 interface Target { refId: string, expr?: string, datasource?: { type?: string, uid?: string } }
-interface Panel { id: number, type: string, title: string, gridPos: { h: number, w: number, x: number, y: number }, datasource?: { type?: string, uid?: string }, targets?: Target[] }
-interface Dashboard { uid: string, title: string, schemaVersion: number, refresh: string, time: { from: string, to: string }, panels: Panel[], templating: { list: { name: string, type: string, query: string }[] } }
+interface Panel {
+  id: number
+  type: string
+  title: string
+  gridPos: { h: number, w: number, x: number, y: number }
+  datasource?: { type?: string, uid?: string }
+  targets?: Target[]
+}
+interface Dashboard {
+  uid: string
+  title: string
+  schemaVersion: number
+  refresh: string
+  time: { from: string, to: string }
+  panels: Panel[]
+  templating: { list: { name: string, type: string, query: string }[] }
+}
 
 const read = (file: string) => fs.readFileSync(path.join(ROOT, file), 'utf8')
 const rules = parse(read(RULES)) as RuleFile
@@ -204,6 +229,7 @@ t.test('the dashboard', async t => {
   t.ok(rows.includes('Gateway'), 'a Gateway row')
 
   for (const p of dataPanels) {
+    // eslint-disable-next-line no-template-curly-in-string -- Grafana's import placeholder, not a template
     t.match(p.datasource, { type: 'prometheus', uid: '${DS_PROMETHEUS}' }, `panel ${p.id} datasource`)
     t.ok((p.targets ?? []).length > 0 && (p.targets ?? []).every(x => (x.expr ?? '').trim() !== ''), `panel ${p.id} "${p.title}" has queries`)
   }

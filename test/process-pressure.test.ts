@@ -19,7 +19,10 @@ const sandbox = await startProcess(t, 'tax-sandbox', 'services/tax-sandbox/main.
 const deck = await startDeck(t, db, {}, { DECK_PRESSURE_MAX_HEAP_BYTES: '1' })
 
 /** The first 503 of `req` (under-pressure samples the heap once a second). */
-const shed = (req: () => Promise<Res>): Promise<Res | undefined> => eventually(async () => { const r = await req(); return r.status === 503 ? r : undefined }, 10_000, 100)
+const shed = (req: () => Promise<Res>): Promise<Res | undefined> => eventually(async () => {
+  const r = await req()
+  return r.status === 503 ? r : undefined
+}, 10_000, 100)
 
 function checkShed (t: Test, r: Res | undefined, name: string): void {
   t.ok(r, 'shed with 503')

@@ -50,7 +50,9 @@ t.test('a recovery that lags its provider resets the pool, raises the alert, and
   t.ok(await eventually(async () => { const p = (await status()).pool; return p.total === p.max && p.max > 0 && (await call(tax.url + '/health/ready')).status === 200 }, 30_000, 50), 'the lane is warm: it holds every connection its pool may open')
   await faults({ mode: 'hang' })
   const answers: Array<{ at: number, status: number, source?: string }> = []
-  const record = (p: Promise<{ status: number, body: any }>) => { void p.then(r => answers.push({ at: performance.now(), status: r.status, source: r.body?.source })) }
+  const record = (p: Promise<{ status: number, body: any }>) => {
+    void p.then(r => answers.push({ at: performance.now(), status: r.status, source: r.body?.source }))
+  }
   // Every permit taken by a quote waiting on the hung provider (each has read
   // its idempotency record and given its connection back).
   for (let i = 0; i < 15; i++) record(quote())

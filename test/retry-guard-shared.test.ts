@@ -93,8 +93,18 @@ t.test('the client rate is counted once for both replicas', async t => {
   await Promise.all([c.kill(), d.kill()])
 })
 
+const limits = {
+  windowMs: 10_000,
+  perKeyAttempts: 4,
+  holdMs: 1_000,
+  budgetRatio: 0.2,
+  budgetFloor: 10,
+  clientRateMax: 1_000,
+  clientRateWindowMs: 60_000,
+}
+
 t.test('a decision that reaches Redis twice is counted once', async t => {
-  const store = new RedisGuardStore({ url: redis.url, budgetMs: 250 }, { windowMs: 10_000, perKeyAttempts: 4, holdMs: 1_000, budgetRatio: 0.2, budgetFloor: 10, clientRateMax: 1_000, clientRateWindowMs: 60_000 })
+  const store = new RedisGuardStore({ url: redis.url, budgetMs: 250 }, limits)
   t.teardown(() => store.close())
   t.ok(await store.connected(5_000), 'connected')
   const again = []
@@ -108,7 +118,7 @@ t.test('a decision that reaches Redis twice is counted once', async t => {
 t.test('a busy gateway does not take a quick Redis for a slow one', async t => {
   // Budget 5 ms; the event loop is then held for 250 ms, in which Redis answers
   // and the timer expires both: the answer, already in the socket, wins.
-  const store = new RedisGuardStore({ url: redis.url, budgetMs: 5 }, { windowMs: 10_000, perKeyAttempts: 4, holdMs: 1_000, budgetRatio: 0.2, budgetFloor: 10, clientRateMax: 1_000, clientRateWindowMs: 60_000 })
+  const store = new RedisGuardStore({ url: redis.url, budgetMs: 5 }, limits)
   t.teardown(() => store.close())
   t.ok(await store.connected(5_000), 'connected')
   const verdicts = []
@@ -120,8 +130,6 @@ t.test('a busy gateway does not take a quick Redis for a slow one', async t => {
   }
   t.same(verdicts, ['ok', 'ok', 'ok', 'ok', 'ok'], 'each decided by Redis, none timed out')
 })
-
-const limits = { windowMs: 10_000, perKeyAttempts: 4, holdMs: 1_000, budgetRatio: 0.2, budgetFloor: 10, clientRateMax: 1_000, clientRateWindowMs: 60_000 }
 
 t.test('one round trip per request: an answer\'s release rides on the next decision, or goes alone soon after', async t => {
   const store = new RedisGuardStore({ url: redis.url, budgetMs: 250 }, limits)
@@ -158,7 +166,8 @@ t.test('one round trip per request: an answer\'s release rides on the next decis
 t.test('the store\'s breaker opens on a stall, not on a hiccup', async t => {
   let now = 0
   const b = new StallBreaker(100, () => now)
-  const fails = (n: number, everyMs: number): boolean[] => Array.from({ length: n }, () => { now += everyMs; return b.failure() })
+  const fails = (n: number, everyMs: number): boolean[] =>
+    Array.from({ length: n }, () => { now += everyMs; return b.failure() })
   t.notOk(fails(50, 0.2).some(Boolean), '50 decisions missing their budget within 10 ms (one hiccup under load): still closed')
   b.success()
   t.same(fails(3, 250), [false, false, true], 'three in a row over 500 ms (a hung store at a slow budget): open at the third')

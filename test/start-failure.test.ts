@@ -58,7 +58,10 @@ function run (t: Test, name: string, args: string[], env: Record<string, string>
   return r
 }
 
-/** A TCP proxy to PostgreSQL counting the connections made through it: each connection attempt of the process is one. */
+/**
+ * A TCP proxy to PostgreSQL counting the connections made through it: each
+ * connection attempt of the process is one.
+ */
 async function countingProxy (t: Test, to: URL): Promise<{ url (role: string): string, readonly accepted: number }> {
   let accepted = 0
   const open = new Set<net.Socket>()
@@ -100,7 +103,10 @@ async function fillRole (t: Test, db: TestDb, role: string): Promise<{ limit: nu
 const LEVELS: Record<string, number> = { warn: 40, fatal: 60 }
 /** The JSON lines of a stream at one level. */
 const linesAt = (lines: string[], level: 'warn' | 'fatal'): Array<Record<string, unknown>> => lines.flatMap(l => {
-  try { const o = JSON.parse(l) as Record<string, unknown>; return o.level === level || o.level === LEVELS[level] ? [o] : [] } catch { return [] }
+  try {
+    const o = JSON.parse(l) as Record<string, unknown>
+    return o.level === level || o.level === LEVELS[level] ? [o] : []
+  } catch { return [] }
 })
 const roleFullWarnings = (r: Run): Array<Record<string, unknown>> => [...linesAt(r.out, 'warn'), ...linesAt(r.err, 'warn')].filter(o => o.code === 'ERR_DB_ROLE_LIMIT_REACHED')
 const stackFrames = (r: Run): string[] => [...r.out, ...r.err].filter(l => /^\s{4}at /.test(l))
@@ -116,7 +122,9 @@ const workerEnv = (url: string, extra: Record<string, string> = {}): Record<stri
  * The process meets its role full, says so once and keeps retrying (the proxy
  * sees its new connections) without exiting; released, it comes up.
  */
-async function waitsThenComesUp (t: Test, o: { role: string, start: (url: string) => Run, says: RegExp[] }): Promise<void> {
+async function waitsThenComesUp (
+  t: Test, o: { role: string, start: (url: string) => Run, says: RegExp[] }
+): Promise<void> {
   const full = await fillRole(t, db, o.role)
   const proxy = await countingProxy(t, new URL(db.superUrl))
   const p = o.start(proxy.url(db.roleUrl(o.role)))
@@ -175,7 +183,8 @@ t.test('a worker still refused when its start budget ends exits non-zero with on
 // The boundary (shared/start-failure.ts) on the errors a start meets for real.
 t.test('each known start failure is one line that says what to change', async t => {
   const closedPort = await new Promise<number>(resolve => { const s = net.createServer().listen(0, '127.0.0.1', () => { const p = (s.address() as net.AddressInfo).port; s.close(() => resolve(p)) }) })
-  const refusal = async (url: string): Promise<unknown> => new pg.Client({ connectionString: url }).connect().then(() => undefined, (err: unknown) => err)
+  const refusal = async (url: string): Promise<unknown> =>
+    new pg.Client({ connectionString: url }).connect().then(() => undefined, (err: unknown) => err)
 
   const down = `postgres://someone:s3cret@127.0.0.1:${closedPort}/wt`
   const unreachable = startFailure('worker', await refusal(down), { DATABASE_URL: db.roleUrl(jobsRole), FRAUD_DATABASE_URL: down })

@@ -25,7 +25,8 @@ const env = { ...BREAKER, TAX_CERTIFICATE_FILE: certFile, TAX_QUOTE_DEADLINE_MS:
 const db = await testDatabase(t, env)
 const fleet = await startFleet(t, db, { lanes: ['tax'], env })
 const tax = fleet.lanes.tax!
-fs.writeFileSync(certFile, JSON.stringify(await certify({ tableFile: DEFAULT_TABLE_FILE, providerUrl: fleet.sandbox.url })))
+const certificate = await certify({ tableFile: DEFAULT_TABLE_FILE, providerUrl: fleet.sandbox.url })
+fs.writeFileSync(certFile, JSON.stringify(certificate))
 t.ok(await eventually(async () => (await call(tax.url + '/compensation')).body.certified === true, 8_000, 100), 'the lane loaded the certificate')
 
 const quote = (jurisdiction = 'DE') => fleet.post('/v1/tax/quotes', { jurisdiction, amount: { value: 10_000, currency: 'EUR' } })

@@ -27,7 +27,8 @@ const base = readTable(DEFAULT_TABLE_FILE)
 // DE 0.26% above the provider: inside the ±0.5% tolerance, so reconciliation has a difference to record.
 const writeTable = (rates: Record<string, number>, keepChecksum = false): void => {
   const body = { version: base.version, rates }
-  fs.writeFileSync(tableFile, JSON.stringify({ ...body, checksum: keepChecksum ? readTable(tableFile).checksum : tableChecksum(body) }))
+  const checksum = keepChecksum ? readTable(tableFile).checksum : tableChecksum(body)
+  fs.writeFileSync(tableFile, JSON.stringify({ ...body, checksum }))
 }
 writeTable({ ...base.rates, DE: 0.1905 })
 
@@ -79,7 +80,7 @@ t.test('provider error, provider deadline and saturation are answered from the c
 t.test('saturated with no certified rate: ERR_TAX_BULKHEAD_SATURATED with Retry-After: 5', async t => {
   await fleet.setFaults({ latencyMs: 1_000 })
   const slow = quote('FR')
-  await new Promise(r => setTimeout(r, 50))
+  await new Promise(resolve => setTimeout(resolve, 50))
   const shed = await quote('US-NV')
   t.equal(shed.status, 503)
   t.equal(shed.body.code, 'ERR_TAX_BULKHEAD_SATURATED')
@@ -127,7 +128,8 @@ t.test('a 1% error fails certification, and the lane refuses that jurisdiction',
 
 t.test('a stale certificate, or a table that does not match its checksum, is refused', async t => {
   writeTable({ ...base.rates })
-  const old = await certify({ tableFile, providerUrl: fleet.sandbox.url, now: new Date(Date.now() - 30 * 24 * 3_600_000) })
+  const monthAgo = new Date(Date.now() - 30 * 24 * 3_600_000)
+  const old = await certify({ tableFile, providerUrl: fleet.sandbox.url, now: monthAgo })
   fs.writeFileSync(certFile, JSON.stringify(old))
   t.ok(await loaded())
   await fleet.setFaults({ errorRate: 1 })

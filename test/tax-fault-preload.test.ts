@@ -37,7 +37,7 @@ async function start (heapMb = 128): Promise<{ proc: ChildProcess, tax: string, 
   return { proc, ...urls }
 }
 const exited = (p: ChildProcess): Promise<{ code: number | null, signal: NodeJS.Signals | null }> =>
-  p.exitCode !== null || p.signalCode !== null ? Promise.resolve({ code: p.exitCode, signal: p.signalCode }) : new Promise(r => p.once('exit', (code, signal) => r({ code, signal })))
+  p.exitCode !== null || p.signalCode !== null ? Promise.resolve({ code: p.exitCode, signal: p.signalCode }) : new Promise(resolve => p.once('exit', (code, signal) => resolve({ code, signal })))
 /** CPU (ms) the process spent answering n quotes at `url`. */
 async function cpuFor (p: ChildProcess, url: string, n: number): Promise<number> {
   const before = cpuUs(p.pid!)!
@@ -73,7 +73,8 @@ t.test('loop-block: the idle process stalls its loop while the fault is on, not 
   t.ok(await eventually(async () => cpuMs() - from >= 600, 60_000, 100), 'stalls burn CPU with nothing to serve')
   faults.set('none'); await applied(s.proc)
   const b = cpuMs()
-  await new Promise(r => setTimeout(r, 3_000)) // a window of idle time to measure, not a wait for a condition
+  // A window of idle time to measure, not a wait for a condition.
+  await new Promise(resolve => setTimeout(resolve, 3_000))
   const off = cpuMs() - b
   t.comment(`CPU in 3 s idle after the fault: ${off} ms`)
   t.ok(off < 250, 'none after the fault is off')

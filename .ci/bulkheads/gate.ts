@@ -16,7 +16,9 @@ const root = path.resolve(process.argv[2] ?? repo)
 const dirs = ['services', 'gateway', 'shared'].filter(d => fs.existsSync(path.join(root, d)))
 const findings: string[] = []
 
-interface Cruise { summary: { violations: Array<{ from: string, to: string, rule: { name: string } }>, totalCruised: number } }
+interface Cruise {
+  summary: { violations: Array<{ from: string, to: string, rule: { name: string } }>, totalCruised: number }
+}
 const depcruise = path.join(repo, 'node_modules/.bin/depcruise')
 const { stdout } = await promisify(execFile)(depcruise, ['--config', path.join(here, 'dependency-cruiser.cjs'), '--output-type', 'json', ...dirs], { cwd: root, maxBuffer: 64 * 1024 * 1024 })
   .catch((err: { stdout?: string, stderr?: string }) => {

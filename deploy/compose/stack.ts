@@ -78,7 +78,10 @@ export async function ensureEngine (log: (l: string) => void): Promise<void> {
   throw new StackError('dockerd did not answer within 30 s: see .data/dockerd.log')
 }
 
-/** `docker compose` (the plugin) where it is installed, else `docker-compose` (v1), else a line saying what to install. */
+/**
+ * `docker compose` (the plugin) where it is installed, else `docker-compose`
+ * (v1), else a line saying what to install.
+ */
 export async function composeCommand (): Promise<string[]> {
   if ((await exec('docker', ['compose', 'version'])).code === 0) return ['docker', 'compose']
   if ((await exec('docker-compose', ['version'])).code === 0) return ['docker-compose']
@@ -165,9 +168,12 @@ export function stackOf (compose: string[], o: StackOptions): Stack {
   return { compose, env, args: (...args) => [...compose.slice(1), '-p', o.project, ...files, ...args] }
 }
 
-export const composeExec = (s: Stack, args: string[], timeoutMs = 0): Promise<Exec> => exec(s.compose[0]!, s.args(...args), s.env, timeoutMs)
+export const composeExec = (s: Stack, args: string[], timeoutMs = 0): Promise<Exec> =>
+  exec(s.compose[0]!, s.args(...args), s.env, timeoutMs)
 
-interface ContainerState { id: string, service: string, status: string, exitCode: number, health?: string, restarts: number }
+interface ContainerState {
+  id: string, service: string, status: string, exitCode: number, health?: string, restarts: number
+}
 
 export async function containers (s: Stack): Promise<ContainerState[]> {
   const project = s.env.COMPOSE_PROJECT_NAME!
@@ -190,7 +196,10 @@ const ONE_SHOTS = new Set(['migrate', 'tax-certify'])
 const settled = (c: ContainerState): boolean => ONE_SHOTS.has(c.service) ? c.status === 'exited' && c.exitCode === 0 : c.status === 'running' && (c.health === undefined || c.health === 'healthy')
 const broken = (c: ContainerState): boolean => (ONE_SHOTS.has(c.service) && c.status === 'exited' && c.exitCode !== 0) || c.restarts >= 3
 
-/** Waits until every container of the stack is healthy (or, for the one-shots, exited 0); a broken one fails at once with its last log lines. */
+/**
+ * Waits until every container of the stack is healthy (or, for the one-shots,
+ * exited 0); a broken one fails at once with its last log lines.
+ */
 export async function waitHealthy (s: Stack, expected: number, timeoutMs = 240_000): Promise<ContainerState[]> {
   const until = Date.now() + timeoutMs
   for (;;) {
@@ -259,7 +268,9 @@ export function demoApiKey (credsFile: string): string {
  * one with the superuser's URL). The stack's database is on an internal
  * network, so there is no `databaseUrl`.
  */
-export async function writeCredentials (s: Stack, o: StackOptions, c: { apiKey: string, adminToken: string }, credsFile: string): Promise<Credentials> {
+export async function writeCredentials (
+  s: Stack, o: StackOptions, c: { apiKey: string, adminToken: string }, credsFile: string
+): Promise<Credentials> {
   const seeded = await composeExec(s, ['run', '--rm', '-T', '--no-deps', 'migrate', 'seed-cards', 'demo'])
   if (seeded.code !== 0) throw new StackError(`seeding the demo cards failed:\n${(seeded.out + seeded.err).trim()}`)
   const cards = JSON.parse(seeded.out.trim().split('\n').at(-1)!) as Array<{ token: string, currency: string, available: number, status: string }>

@@ -26,7 +26,10 @@ export interface AuthorizeInput {
 }
 
 export type AuthorizeOutput = AuthorizationRow & { fingerprint: string, replayed: boolean, in_progress: boolean }
-/** `busy`: another transaction holds the card's account; the batch did not wait for it, the lane writes this one alone. */
+/**
+ * `busy`: another transaction holds the card's account; the batch did not wait
+ * for it, the lane writes this one alone.
+ */
 export type BatchOutput = AuthorizeOutput & { busy: boolean }
 
 // Named: parsed and planned once per connection, not once per authorization.
@@ -44,7 +47,9 @@ export async function authorizeOne (db: ExecutionDb, x: AuthorizeInput): Promise
 
 export type AuthorizeWriter = GroupCommit<AuthorizeInput, BatchOutput>
 
-export function authorizeWriter (databaseUrl: string, log: { warn (o: object, m: string): void }, delayMs = 0): AuthorizeWriter {
+export function authorizeWriter (
+  databaseUrl: string, log: { warn (o: object, m: string): void }, delayMs = 0
+): AuthorizeWriter {
   return new GroupCommit<AuthorizeInput, BatchOutput>({
     name: 'card-auth-writer',
     applicationName: 'watertight-card-auth',
@@ -53,7 +58,8 @@ export function authorizeWriter (databaseUrl: string, log: { warn (o: object, m:
     delayMs,
     rehearsal: x => x.rehearsal === true,
     async write (c: pg.Client, xs: readonly AuthorizeInput[]) {
-      const { rows } = await c.query<BatchOutput & { ord: number }>({ ...AUTHORIZE_BATCH, values: PARAMS.map(k => xs.map(x => x[k])) })
+      const values = PARAMS.map(k => xs.map(x => x[k]))
+      const { rows } = await c.query<BatchOutput & { ord: number }>({ ...AUTHORIZE_BATCH, values })
       const out = new Array<BatchOutput>(xs.length)
       for (const r of rows) out[r.ord - 1] = r
       return out

@@ -21,7 +21,9 @@ export function loadCardToken (i: number, n = 1_000): string {
   return `tok_load_${String((i % n) + 1).padStart(6, '0')}`
 }
 
-export async function seedLoadCards (db: pg.Client | pg.Pool, n: number, opts: { currency?: string, available?: number } = {}): Promise<number> {
+export async function seedLoadCards (
+  db: pg.Client | pg.Pool, n: number, opts: { currency?: string, available?: number } = {}
+): Promise<number> {
   const { rowCount } = await db.query(
     `insert into card_auth.card_accounts (token, currency, available)
      select 'tok_load_' || lpad(i::text, 6, '0'), $2, $3 from generate_series(1, $1::int) i

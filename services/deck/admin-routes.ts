@@ -71,7 +71,8 @@ export async function adminRoutes (app: FastifyInstance, d: AdminDeps): Promise<
     const before = await queueOr404(name)
     if (!await updateQueue(d.pool, name, patch)) throw new AppError('ERR_QUEUE_NOT_FOUND', { detail: `no job queue named ${name}` })
     const after = await queueOr404(name)
-    const pick = (q: QueueStats) => ({ maxWorkers: q.maxWorkers, paused: q.paused, active: q.active, zombieTimeoutSeconds: q.zombieTimeoutSeconds })
+    const pick = (q: QueueStats) =>
+      ({ maxWorkers: q.maxWorkers, paused: q.paused, active: q.active, zombieTimeoutSeconds: q.zombieTimeoutSeconds })
     change(req, { action: 'queue.update', queue: name, patch, before: pick(before), after: pick(after) })
     return view(after)
   })
@@ -79,7 +80,8 @@ export async function adminRoutes (app: FastifyInstance, d: AdminDeps): Promise<
   app.get('/queues/:name/dead', { schema: { params: NameParams, querystring: Type.Object({ limit: Type.Optional(Count) }, { additionalProperties: false }) } }, async req => {
     const { name } = req.params as { name: string }
     await queueOr404(name)
-    return { queue: name, jobs: await listDead(d.pool, name, Math.min(1_000, Number((req.query as { limit?: string }).limit ?? 100))) }
+    const limit = Math.min(1_000, Number((req.query as { limit?: string }).limit ?? 100))
+    return { queue: name, jobs: await listDead(d.pool, name, limit) }
   })
 
   app.post('/queues/:name/dead/requeue', { schema: { params: NameParams, body: RequeueBody } }, async req => {

@@ -57,7 +57,9 @@ export function buildDeckApp (o: DeckOptions) {
   // prometheus.io annotations: scraped with no credentials). They carry no fleet
   // data beyond up/down per target and change nothing; NetworkPolicy and the
   // ClusterIP Service keep the port itself private.
-  registerProcessOps(app, { registry: deckRegistry(o.collector, o.pool), healthCheck: true, routeOptions: { config: OPEN } })
+  registerProcessOps(app, {
+    registry: deckRegistry(o.collector, o.pool), healthCheck: true, routeOptions: { config: OPEN },
+  })
   app.register(adminRoutes, { prefix: '/admin', collector: o.collector, pool: o.pool, requireAdmin, sandboxUrl: o.sandboxUrl, http })
   return app
 }

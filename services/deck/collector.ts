@@ -59,7 +59,9 @@ export interface TargetSnapshot {
 
 export interface TimelinePoint {
   t: number
-  lanes: Record<string, { up: boolean, state: string | null, active: number | null, p99Ms: number | null, rejectionsPerSecond: number | null }>
+  lanes: Record<string, {
+    up: boolean, state: string | null, active: number | null, p99Ms: number | null, rejectionsPerSecond: number | null
+  }>
 }
 
 export interface CollectorOptions {
@@ -98,7 +100,8 @@ export class Collector {
     const loop = async (): Promise<void> => {
       const began = Date.now()
       await this.poll().catch(() => {})
-      if (this.#timer !== undefined) this.#timer = setTimeout(() => { void loop() }, Math.max(0, this.pollMs - (Date.now() - began)))
+      const wait = Math.max(0, this.pollMs - (Date.now() - began))
+      if (this.#timer !== undefined) this.#timer = setTimeout(() => { void loop() }, wait)
     }
     this.#timer = setTimeout(() => { void loop() }, 0)
   }
@@ -118,7 +121,13 @@ export class Collector {
       for (const s of snaps) this.#latest.set(s.name, s)
       const point: TimelinePoint = { t: Date.now(), lanes: {} }
       for (const s of snaps.filter(x => x.kind === 'lane')) {
-        point.lanes[s.name] = { up: s.up, state: s.status?.state ?? null, active: s.status?.active ?? null, p99Ms: s.status?.latency.p99Ms ?? null, rejectionsPerSecond: s.rejectionsPerSecond }
+        point.lanes[s.name] = {
+          up: s.up,
+          state: s.status?.state ?? null,
+          active: s.status?.active ?? null,
+          p99Ms: s.status?.latency.p99Ms ?? null,
+          rejectionsPerSecond: s.rejectionsPerSecond,
+        }
       }
       this.#history.push(point)
       if (this.#history.length > this.#capacity) this.#history.splice(0, this.#history.length - this.#capacity)
@@ -157,10 +166,13 @@ export class Collector {
       if (!body || typeof body.state !== 'string') return { ...base, up: false, error: 'bad status body', pollMs, status: null, rejectionsPerSecond: null, rssBytes }
       const lastSeen = { at: checkedAt, state: body.state, active: body.active, permits: body.permits }
       this.#lastSeen.set(t.name, lastSeen)
-      return { ...base, lastSeen, up: true, error: null, pollMs, status: body, rejectionsPerSecond: this.#rate(t.name, body), rssBytes }
+      const rejectionsPerSecond = this.#rate(t.name, body)
+      return { ...base, lastSeen, up: true, error: null, pollMs, status: body, rejectionsPerSecond, rssBytes }
     } catch (err) {
       this.#prev.delete(t.name)
-      return { ...base, up: false, error: describe(err), pollMs: performance.now() - started, status: null, rejectionsPerSecond: null, rssBytes: null }
+      const pollMs = performance.now() - started
+      const error = describe(err)
+      return { ...base, up: false, error, pollMs, status: null, rejectionsPerSecond: null, rssBytes: null }
     }
   }
 

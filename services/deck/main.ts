@@ -28,7 +28,9 @@ const targets: Target[] = [
 ]
 
 const pool = createRolePool(cfg.DATABASE_URL, { max: DECK_ROLE.poolMax, applicationName: 'watertight-deck', leakDetectionMs: cfg.DECK_LEAK_DETECTION_MS })
-const collector = new Collector({ targets, pollMs: cfg.DECK_POLL_MS, timeoutMs: cfg.DECK_TARGET_TIMEOUT_MS, historySeconds: cfg.DECK_HISTORY_SECONDS })
+const collector = new Collector({
+  targets, pollMs: cfg.DECK_POLL_MS, timeoutMs: cfg.DECK_TARGET_TIMEOUT_MS, historySeconds: cfg.DECK_HISTORY_SECONDS,
+})
 const app = buildDeckApp({ adminToken: cfg.ADMIN_TOKEN, pool, collector, sandboxUrl: cfg.TAX_SANDBOX_URL, pressure, logger: loggerOptions('deck') })
 app.addHook('onClose', async () => { await collector.stop(); await pool.end() })
 try {

@@ -8,15 +8,15 @@ import { GroupCommit, withReplays } from '../../shared/db/group-commit.ts'
 import { JOB_NAMES, QUEUES } from '../../shared/queue/job-types.ts'
 
 export interface QueuedScreening {
-  id: string,
-  clientId: string,
-  key: string,
-  fingerprint: string,
-  cardToken: string,
+  id: string
+  clientId: string
+  key: string
+  fingerprint: string
+  cardToken: string
   merchantId: string
-  amount: number,
-  currency: string,
-  ipCountry: string | null,
+  amount: number
+  currency: string
+  ipCountry: string | null
   billingCountry: string | null
   response: { id: string, mode: 'async', status: 'queued' }
 }
@@ -51,7 +51,9 @@ const TAKEN = `select client_id, idempotency_key, fingerprint, response from fra
 
 export type ScreeningWriter = GroupCommit<QueuedScreening, StoredScreening>
 
-export function screeningWriter (databaseUrl: string, log: { warn (o: object, m: string): void }, delayMs = 0): ScreeningWriter {
+export function screeningWriter (
+  databaseUrl: string, log: { warn (o: object, m: string): void }, delayMs = 0
+): ScreeningWriter {
   return new GroupCommit<QueuedScreening, StoredScreening>({
     name: 'fraud-overflow-writer',
     applicationName: 'watertight-fraud',

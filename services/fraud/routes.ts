@@ -44,8 +44,10 @@ export function fraudRoutes (weights: ScoringWeights, writer: ScreeningWriter) {
         `insert into fraud.screenings (id, client_id, idempotency_key, fingerprint, card_token, merchant_id, amount, currency, ip_country, billing_country, mode, status, score, decision, reasons, response, scored_at)
          values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, case when $12 = 'final' then now() end)
          on conflict (client_id, idempotency_key) do nothing`,
-        [id, clientIdOf(req), idempotencyKeyOf(req), fingerprint(body), body.cardToken, body.merchantId, body.amount.value, body.amount.currency, body.ipCountry ?? null, body.billingCountry ?? null,
-          mode, result ? 'final' : 'queued', result?.score ?? null, result?.decision ?? null, result ? JSON.stringify(result.reasons) : null, response])
+        [id, clientIdOf(req), idempotencyKeyOf(req), fingerprint(body), body.cardToken, body.merchantId,
+          body.amount.value, body.amount.currency, body.ipCountry ?? null, body.billingCountry ?? null,
+          mode, result ? 'final' : 'queued', result?.score ?? null, result?.decision ?? null,
+          result ? JSON.stringify(result.reasons) : null, response])
         .then(r => ({ inserted: r.rowCount === 1, id }))
     }
 
@@ -84,7 +86,9 @@ export function fraudRoutes (weights: ScoringWeights, writer: ScreeningWriter) {
         if (!seen.rows[0]!.mine) throw new AppError('ERR_IDEMPOTENCY_IN_PROGRESS', { detail: 'a screening with this Idempotency-Key is still being processed; retry after a second to get its answer' })
         if (seen.rows[0]!.response) return answer(seen.rows[0] as Row, fp, false)
         const h = await cardHistory(c, body.cardToken, weights, null)
-        const result = score({ amount: body.amount.value, ipCountry: body.ipCountry, billingCountry: body.billingCountry, ...h }, weights)
+        const result = score({
+          amount: body.amount.value, ipCountry: body.ipCountry, billingCountry: body.billingCountry, ...h,
+        }, weights)
         const { inserted } = await insert(c, req, 'sync', result)
         const row = (await c.query<Row>(SEEN, [clientIdOf(req), idempotencyKeyOf(req)])).rows[0]!
         return answer(row, fp, inserted)
@@ -94,7 +98,13 @@ export function fraudRoutes (weights: ScoringWeights, writer: ScreeningWriter) {
     // The current state: a queued async screening shows its result once the worker scored it.
     app.get('/v1/fraud/screenings/:id', { schema: { params: IdParams } }, kit.admitted(async (req: FastifyRequest, exec) => {
       const { id } = req.params as { id: string }
-      const { rows } = await exec.db.query<{ response: Record<string, unknown>, status: string, score: number | null, decision: string | null, reasons: unknown }>(
+      const { rows } = await exec.db.query<{
+        response: Record<string, unknown>
+        status: string
+        score: number | null
+        decision: string | null
+        reasons: unknown
+      }>(
         'select response, status, score, decision, reasons from fraud.screenings where id = $1 and client_id = $2', [id, clientIdOf(req)])
       const r = rows[0]
       if (!r) throw new AppError('ERR_NOT_FOUND', { detail: `no screening ${id}` })

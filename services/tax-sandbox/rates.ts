@@ -4,7 +4,9 @@
 import { createRequire } from 'node:module'
 
 const requireData = createRequire(import.meta.url)
-interface RateNode { rate?: number, type?: string, currency?: string, states?: Record<string, RateNode>, before?: Record<string, RateNode> }
+interface RateNode {
+  rate?: number, type?: string, currency?: string, states?: Record<string, RateNode>, before?: Record<string, RateNode>
+}
 const TABLE = requireData('sales-tax/res/sales_tax_rates.json') as Record<string, RateNode>
 
 /** The node in force at `at`: the earliest `before` date still in the future, else the current one. */

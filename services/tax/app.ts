@@ -21,14 +21,16 @@ export interface TaxConfig {
 export async function buildApp (cfg: TaxConfig) {
   const provider = createUpstreamPool(cfg.providerUrl, cfg.limits, { timeoutMs: cfg.quoteDeadlineMs })
   const compensation = compensationSource(cfg.compensation)
-  const writer = compensationWriter(cfg.databaseUrl, { warn: (o, m) => built.app.log.warn(o, m) }, cfg.limits.db.commitDelayMs)
+  const log = { warn: (o: object, m: string) => built.app.log.warn(o, m) }
+  const writer = compensationWriter(cfg.databaseUrl, log, cfg.limits.db.commitDelayMs)
   const breaker = providerBreaker(cfg.breaker, provider, t => {
     logTransition(built.app.log, t)
     // MC-RT-01's recovery is measured from the provider's return: the probe that closed the breaker.
     if (t.to === 'open') built.kit.recovery.dependencyFailed('provider')
     if (t.to === 'closed') built.kit.recovery.dependencyOk('provider')
   })
-  const built = await buildLaneApp({ ...cfg, routes: taxRoutes({ provider, quoteDeadlineMs: cfg.quoteDeadlineMs, compensation, writer, breaker }) })
+  const routes = taxRoutes({ provider, quoteDeadlineMs: cfg.quoteDeadlineMs, compensation, writer, breaker })
+  const built = await buildLaneApp({ ...cfg, routes })
   built.app.addHook('onClose', async () => { compensation.close(); await writer.close(); await provider.destroy() })
   built.app.get('/compensation', async () => compensation.status())
   writer.warm()

@@ -21,7 +21,12 @@ export interface TaxBreakerConfig {
 interface NamedSetting { value: number, name: string }
 
 /** The breaker, or undefined with TAX_BREAKER=off; a bad combination is ERR_CONFIG_INVALID, said in one line. */
-export function providerBreaker (cfg: TaxBreakerConfig, provider: Pool, onTransition: (t: BreakerTransition) => void, o: { halfOpenMaxMs?: number, window?: NamedSetting, minCalls?: NamedSetting } = {}): DependencyBreaker | undefined {
+export function providerBreaker (
+  cfg: TaxBreakerConfig,
+  provider: Pool,
+  onTransition: (t: BreakerTransition) => void,
+  o: { halfOpenMaxMs?: number, window?: NamedSetting, minCalls?: NamedSetting } = {}
+): DependencyBreaker | undefined {
   if (cfg.TAX_BREAKER === 'off') return undefined
   // worker-tax passes a window of its own (TAX_RECONCILE_BREAKER_*).
   const window = o.window ?? { value: cfg.TAX_BREAKER_WINDOW_CALLS, name: 'TAX_BREAKER_WINDOW_CALLS' }
@@ -44,7 +49,9 @@ export function providerBreaker (cfg: TaxBreakerConfig, provider: Pool, onTransi
 }
 
 /** The log line of a transition: opening and closing are warnings, probing is news. */
-export function logTransition (log: { warn (o: object, m: string): void, info (o: object, m: string): void }, t: BreakerTransition): void {
+export function logTransition (
+  log: { warn (o: object, m: string): void, info (o: object, m: string): void }, t: BreakerTransition
+): void {
   const line = t.to === 'open'
     ? `${t.dependency} breaker open (${t.reason}): answering without it until a probe succeeds`
     : t.to === 'closed'

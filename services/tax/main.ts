@@ -11,6 +11,10 @@ await runLane('tax', base => {
     providerUrl: cfg.TAX_PROVIDER_URL,
     quoteDeadlineMs: cfg.TAX_QUOTE_DEADLINE_MS,
     breaker: cfg,
-    compensation: { tableFile: cfg.TAX_COMPENSATION_TABLE, certificateFile: cfg.TAX_CERTIFICATE_FILE, maxAgeMs: cfg.TAX_CERTIFICATE_MAX_AGE_HOURS * 3_600_000 },
+    compensation: {
+      tableFile: cfg.TAX_COMPENSATION_TABLE,
+      certificateFile: cfg.TAX_CERTIFICATE_FILE,
+      maxAgeMs: cfg.TAX_CERTIFICATE_MAX_AGE_HOURS * 3_600_000,
+    },
   })
 }, '/v1/tax/quotes/00000000-0000-7000-8000-000000000000')

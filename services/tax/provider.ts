@@ -14,7 +14,11 @@ export class ProviderError extends Error {
   constructor (kind: ProviderFailure, message: string) { super(message); this.name = 'ProviderError'; this.kind = kind }
 }
 
-export async function quoteFromProvider (pool: Pool, body: { jurisdiction: string, amount: { value: number, currency: string } }, opts: { deadlineMs: number, signals: AbortSignal[] }): Promise<ProviderQuote> {
+export async function quoteFromProvider (
+  pool: Pool,
+  body: { jurisdiction: string, amount: { value: number, currency: string } },
+  opts: { deadlineMs: number, signals: AbortSignal[] }
+): Promise<ProviderQuote> {
   const deadline = AbortSignal.timeout(opts.deadlineMs)
   const signal = AbortSignal.any([deadline, ...opts.signals])
   try {

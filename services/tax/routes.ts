@@ -73,7 +73,9 @@ export function taxRoutes (opts: TaxRouteOptions) {
       // permit for the longer of the two rather than their sum; a key already
       // answered stops the provider call and answers from the store.
       const stop = new AbortController()
-      const ask = (signals: AbortSignal[]) => quoteFromProvider(opts.provider, body, { deadlineMs: opts.quoteDeadlineMs, signals: [exec.signal, stop.signal, ...signals] })
+      const ask = (signals: AbortSignal[]) => quoteFromProvider(opts.provider, body, {
+        deadlineMs: opts.quoteDeadlineMs, signals: [exec.signal, stop.signal, ...signals],
+      })
       const asked = breaker ? breaker.call(opened => ask([opened])) : ask([])
       asked.catch(() => {}) // awaited below, or abandoned for a replay
       let seen

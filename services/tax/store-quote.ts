@@ -20,18 +20,18 @@ export type QuoteSource = { source: 'provider', rate: number } | { source: 'comp
 
 /** One quote, ready to be written: its row and its answer. */
 export interface QuoteRecord {
-  id: string,
-  clientId: string,
-  key: string,
-  fingerprint: string,
+  id: string
+  clientId: string
+  key: string
+  fingerprint: string
   jurisdiction: string
-  amount: number,
-  currency: string,
-  rate: number,
-  tax: number,
+  amount: number
+  currency: string
+  rate: number
+  tax: number
   total: number
-  source: QuoteSource['source'],
-  tableVersion: string | null,
+  source: QuoteSource['source']
+  tableVersion: string | null
   reason: string | null
   response: Record<string, unknown>
 }
@@ -107,7 +107,10 @@ export async function storeQuote (exec: Execution, r: QuoteRecord): Promise<Lane
   return answer(r, rows[0]!)
 }
 
-const quoteValues = (r: QuoteRecord): unknown[] => [r.id, r.clientId, r.key, r.fingerprint, r.jurisdiction, r.amount, r.currency, r.rate, r.tax, r.total, r.source, r.tableVersion, r.response]
+const quoteValues = (r: QuoteRecord): unknown[] => [
+  r.id, r.clientId, r.key, r.fingerprint, r.jurisdiction, r.amount, r.currency,
+  r.rate, r.tax, r.total, r.source, r.tableVersion, r.response,
+]
 const compensatedValues = (r: QuoteRecord): unknown[] => [...quoteValues(r), { quoteId: r.id, reason: r.reason }]
 
 // One statement writes the batch's quotes and, for those that were new, their
@@ -137,7 +140,9 @@ const TAKEN = `select client_id, idempotency_key, fingerprint, response from tax
                 where (client_id, idempotency_key) in (select * from unnest($1::text[], $2::text[]))`
 
 /** The writer of compensated quotes given while saturated, batched per commit. */
-export function compensationWriter (databaseUrl: string, log: { warn (o: object, m: string): void }, delayMs = 0): GroupCommit<QuoteRecord, Stored> {
+export function compensationWriter (
+  databaseUrl: string, log: { warn (o: object, m: string): void }, delayMs = 0
+): GroupCommit<QuoteRecord, Stored> {
   return new GroupCommit<QuoteRecord, Stored>({
     name: 'tax-compensation-writer',
     applicationName: 'watertight-tax',

@@ -27,7 +27,11 @@ export function buildApp (o: { worker: Worker, pool: pg.Pool, lanePools?: pg.Poo
     help: 'Jobs by queue and status (dead = in jobs_dead)',
     labelNames: ['queue', 'status'],
     registers: [registry],
-    async collect () { for (const s of await stats()) for (const [st, n] of Object.entries(s.jobs)) this.set({ queue: s.name, status: st }, n) },
+    async collect () {
+      for (const s of await stats()) {
+        for (const [st, n] of Object.entries(s.jobs)) this.set({ queue: s.name, status: st }, n)
+      }
+    },
   })
   new client.Gauge({
     name: 'queue_max_workers',

@@ -45,7 +45,8 @@ for (const lane of LANE_NAMES) {
   // The lane's jobs run with the lane's own role, on the share of its CONNECTION
   // LIMIT reserved for the worker, so async work cannot exceed the lane's budget.
   const urlVar = `${envPrefix(lane)}DATABASE_URL`
-  const url = (loadConfig(Type.Object({ [urlVar]: Type.Optional(Type.String({ minLength: 1 })) }), process.env) as Record<string, string | undefined>)[urlVar]
+  const schema = Type.Object({ [urlVar]: Type.Optional(Type.String({ minLength: 1 })) })
+  const url = (loadConfig(schema, process.env) as Record<string, string | undefined>)[urlVar]
   if (!url) { console.error(`worker: ${urlVar} (the ${lane} role) is required for ${lane} jobs`); process.exit(2) }
   const limits = laneLimits(lane)
   const max = Math.max(1, limits.db.workerPoolMax)
@@ -56,7 +57,9 @@ for (const lane of LANE_NAMES) {
 // This process's share of the role's limit, less one for the LISTEN connection.
 const poolMax = cfg.WORKER_POOL_MAX ?? Math.max(1, Math.floor(cfg.JOBS_POOL_MAX / cfg.WORKER_REPLICAS) - 1)
 const pool = createRolePool(cfg.DATABASE_URL, { max: poolMax, applicationName: 'watertight-worker', leakDetectionMs: cfg.WORKER_LEAK_DETECTION_MS })
-const jobsStart = start.for(jobsRoleBudget({ role: jobsRoleName(), limit: cfg.JOBS_POOL_MAX, replicas: cfg.WORKER_REPLICAS, poolMax }))
+const jobsStart = start.for(jobsRoleBudget({
+  role: jobsRoleName(), limit: cfg.JOBS_POOL_MAX, replicas: cfg.WORKER_REPLICAS, poolMax,
+}))
 await assertRole(pool, jobsRoleName(), jobsStart)
 const logger = loggerOptions(`worker-${queueNames.join('+')}`)
 const worker = new Worker({
@@ -74,7 +77,14 @@ const worker = new Worker({
   log: { info: () => {}, warn: (o, m) => app.log.warn(o, m), error: (o, m) => app.log.error(o, m) },
 })
 pool.on('error', err => app.log.error({ err }, 'idle pg client error'))
-const app = buildApp({ worker, pool, breakers: types.flatMap(t => t.breakers ?? []), lanePools: Object.values(lanePools) as pg.Pool[], pressure, logger })
+const app = buildApp({
+  worker,
+  pool,
+  breakers: types.flatMap(t => t.breakers ?? []),
+  lanePools: Object.values(lanePools) as pg.Pool[],
+  pressure,
+  logger,
+})
 await worker.start()
 await app.listen({ port: cfg.WORKER_PORT, host: cfg.WORKER_HOST })
 app.log.info({ workerId: worker.id, queues: queueNames, types: types.map(t => t.type) }, 'worker started')

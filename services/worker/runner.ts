@@ -37,7 +37,10 @@ export interface WorkerOptions {
   pool: pg.Pool
   /** A connection string for the LISTEN client (same role as the pool). */
   databaseUrl: string
-  /** How start() retries the LISTEN client's connect (the start budget of the pool's role); by default it tries once. */
+  /**
+   * How start() retries the LISTEN client's connect (the start budget of the
+   * pool's role); by default it tries once.
+   */
   startRetry?: StartRetry
   /** Queue -> local slots. */
   queues: Record<string, number>
@@ -81,7 +84,10 @@ export class Worker extends EventEmitter {
   #draining = false
   #stopped = false
   /** fetches: fetch cycles that went to the database. */
-  readonly stats = { fetches: 0, claimed: 0, completed: 0, failed: 0, vacuums: 0, rescued: {} as Record<string, number> }
+  readonly stats = {
+    fetches: 0, claimed: 0, completed: 0, failed: 0, vacuums: 0, rescued: {} as Record<string, number>,
+  }
+
   /** Queue -> its MaxWorkers (absent: unlimited, or not read yet). */
   #limits = new Map<string, number>()
   #mayVacuum = false
@@ -134,14 +140,21 @@ export class Worker extends EventEmitter {
       this.#mayVacuum = await mayVacuum(this.#o.pool)
       if (!this.#mayVacuum) this.#o.log.warn({}, 'this role may not vacuum jobs.jobs_hot (PostgreSQL before 17, or no MAINTAIN grant): claims rely on autovacuum and slow down between its runs')
     }
-    const every = (ms: number, fn: () => void): void => { const t = setInterval(fn, ms); t.unref(); this.#timers.push(t) }
+    const every = (ms: number, fn: () => void): void => {
+      const t = setInterval(fn, ms)
+      t.unref()
+      this.#timers.push(t)
+    }
     every(this.#o.pollMs ?? 1_000, () => this.wake())
     every(this.#o.heartbeatMs ?? 2_000, () => { void this.#beat(); void this.#seen().catch(err => this.#o.log.warn({ err }, 'worker registration failed')); void this.#readLimits() })
     every(this.#o.rescueMs ?? 5_000, () => { void this.#rescue() })
     this.wake()
   }
 
-  /** Run a fetch cycle soon: after the current turn of the event loop (so jobs finishing together share it), or right after the cycle in flight. */
+  /**
+   * Run a fetch cycle soon: after the current turn of the event loop (so jobs
+   * finishing together share it), or right after the cycle in flight.
+   */
   wake (): void {
     if (this.#stopped) return
     if (this.#cycle) { this.#again = true; return }
@@ -162,14 +175,17 @@ export class Worker extends EventEmitter {
 
   async #fetch (): Promise<void> {
     const running = this.runningByQueue()
-    const slots = this.#draining ? {} : Object.fromEntries(Object.keys(this.#o.queues).map(q => [q, this.#free(q, running[q] ?? 0)]))
+    const slots = this.#draining
+      ? {}
+      : Object.fromEntries(Object.keys(this.#o.queues).map(q => [q, this.#free(q, running[q] ?? 0)]))
     const finished = this.#finished
     if (finished.length === 0 && Object.values(slots).every(n => n <= 0)) return
     this.#finished = []
     this.stats.fetches++
     let r
     try {
-      r = await fetchJobs(this.#o.pool, { workerId: this.id, slots, done: finished.map(f => ({ id: f.entry.job.id, lease: f.entry.job.lease!, result: f.result })) })
+      const done = finished.map(f => ({ id: f.entry.job.id, lease: f.entry.job.lease!, result: f.result }))
+      r = await fetchJobs(this.#o.pool, { workerId: this.id, slots, done })
     } catch (err) {
       // Not written (or not known to be): try again in the next cycle; the heartbeat keeps them alive meanwhile.
       this.#finished.unshift(...finished)
@@ -196,7 +212,9 @@ export class Worker extends EventEmitter {
   }
 
   #run (job: Job): void {
-    const entry: Running = { job, ac: new AbortController(), t0: performance.now(), done: Promise.resolve(), executing: true }
+    const entry: Running = {
+      job, ac: new AbortController(), t0: performance.now(), done: Promise.resolve(), executing: true,
+    }
     this.#running.set(job.id, entry)
     entry.done = this.#execute(entry).then(outcome => {
       this.#running.delete(job.id)
@@ -216,13 +234,15 @@ export class Worker extends EventEmitter {
         entry.executing = false
         return await fail(this.#o.pool, job.id, job.lease!, `no handler for job type ${job.type} in worker ${this.id}`, { fatal: true, ...this.#o.backoff })
       }
-      result = await type.run(job.payload, { signal: ac.signal, job, db: type.lane ? this.#o.lanePools?.[type.lane] : undefined })
+      const db = type.lane ? this.#o.lanePools?.[type.lane] : undefined
+      result = await type.run(job.payload, { signal: ac.signal, job, db })
     } catch (err) {
       entry.executing = false
       try {
         const fatal = (err as { fatal?: boolean }).fatal === true
         const deferred = (err as { deferred?: boolean }).deferred === true
-        return await fail(this.#o.pool, job.id, job.lease!, (err as Error).message ?? String(err), { fatal, deferred, ...this.#o.backoff })
+        const message = (err as Error).message ?? String(err)
+        return await fail(this.#o.pool, job.id, job.lease!, message, { fatal, deferred, ...this.#o.backoff })
       } catch (e) {
         this.#o.log.error({ err: e, job: job.id }, 'job bookkeeping failed; rescue will pick it up')
         return 'error'
@@ -234,7 +254,10 @@ export class Worker extends EventEmitter {
     return await outcome
   }
 
-  /** Jobs of queue q this worker may still ask for: its local slots, never above the queue's MaxWorkers, less the `running` it runs. */
+  /**
+   * Jobs of queue q this worker may still ask for: its local slots, never above
+   * the queue's MaxWorkers, less the `running` it runs.
+   */
   #free (q: string, running: number): number {
     if (this.#held(q)) return 0
     const n = this.#o.queues[q] ?? 0
@@ -278,7 +301,8 @@ export class Worker extends EventEmitter {
 
   async #rescue (): Promise<void> {
     try {
-      const scope = { queues: Object.keys(this.#o.queues), types: [...this.#types.values()].map(t => ({ type: t.type, idempotent: t.idempotent })) }
+      const types = [...this.#types.values()].map(t => ({ type: t.type, idempotent: t.idempotent }))
+      const scope = { queues: Object.keys(this.#o.queues), types }
       const r = await rescueZombies(this.#o.pool, scope)
       for (const [q, n] of Object.entries(r.byQueue)) this.stats.rescued[q] = (this.stats.rescued[q] ?? 0) + n
       if (r.requeuedFetched + r.requeuedProcessing + r.dead > 0) { this.#o.log.warn({ ...r }, 'rescued zombie jobs'); this.emit('rescued', r) }
@@ -298,7 +322,8 @@ export class Worker extends EventEmitter {
     await workerGone(this.#o.pool, this.id).catch(err => this.#o.log.warn({ err }, 'worker deregistration failed'))
     await this.#cycle
     const all = Promise.all([...this.#running.values()].map(r => r.done))
-    const timedOut = await Promise.race([all.then(() => false), new Promise<boolean>(r => setTimeout(() => r(true), graceMs).unref())])
+    const grace = new Promise<boolean>(resolve => setTimeout(() => resolve(true), graceMs).unref())
+    const timedOut = await Promise.race([all.then(() => false), grace])
     if (timedOut) {
       for (const r of this.#running.values()) r.ac.abort(new Error('worker draining'))
       await all

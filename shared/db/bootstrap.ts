@@ -31,7 +31,15 @@ export interface Bootstrapped {
   embedded: EmbeddedServer | undefined
 }
 
-export async function bootstrapDatabase (opts: { dataDir: string, port: number, database: string, secrets: LocalSecrets, databaseUrl?: string | undefined, log: (m: string) => void, compiledDaemon?: string }): Promise<Bootstrapped> {
+export async function bootstrapDatabase (opts: {
+  dataDir: string
+  port: number
+  database: string
+  secrets: LocalSecrets
+  databaseUrl?: string | undefined
+  log: (m: string) => void
+  compiledDaemon?: string
+}): Promise<Bootstrapped> {
   let embedded: EmbeddedServer | undefined
   let superUrl: string
   if (opts.databaseUrl) {

@@ -52,7 +52,10 @@ function deepestExisting (dir: string): string {
   return d
 }
 
-/** The first of `dirs` (in order) the ids cannot enter; undefined when all can be entered or the probe itself could not run. */
+/**
+ * The first of `dirs` (in order) the ids cannot enter; undefined when all can
+ * be entered or the probe itself could not run.
+ */
 function probe (dirs: string[], ids: { uid: number, gid: number }): Promise<string | undefined> {
   return new Promise(resolve => {
     const script = 'for d in "$@"; do cd -- "$d" 2>/dev/null || { printf %s "$d"; exit 3; }; done'

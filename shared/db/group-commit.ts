@@ -37,9 +37,15 @@ export interface GroupCommitOptions<I, O> {
   /** The writer connection's application_name: its process's, as its pool's (watertight-<lane>). */
   applicationName: string
   databaseUrl: string
-  /** Writes a batch with ONE writing statement (autocommit: atomic, durable on return), reads after it if it must; one output per input, in order. */
+  /**
+   * Writes a batch with ONE writing statement (autocommit: atomic, durable on
+   * return), reads after it if it must; one output per input, in order.
+   */
   write (client: pg.Client, items: readonly I[]): Promise<O[]>
-  /** Once the last batch held `delayFrom` items or more, hold the next until its oldest item has waited this long (ms); 0: the next turn of the event loop. */
+  /**
+   * Once the last batch held `delayFrom` items or more, hold the next until its
+   * oldest item has waited this long (ms); 0: the next turn of the event loop.
+   */
   delayMs?: number
   delayFrom?: number
   maxBatch?: number
@@ -65,11 +71,14 @@ export interface StoredAnswer<R> { fingerprint: string, response: R, inserted: b
  * `takenSql` ($1 client ids, $2 keys; returns client_id, idempotency_key,
  * fingerprint, response) — a duplicate written earlier in the same batch included.
  */
-export async function withReplays<R> (c: pg.Client, items: ReadonlyArray<KeyedAnswer<R>>, inserted: readonly boolean[], takenSql: string): Promise<Array<StoredAnswer<R>>> {
+export async function withReplays<R> (
+  c: pg.Client, items: ReadonlyArray<KeyedAnswer<R>>, inserted: readonly boolean[], takenSql: string
+): Promise<Array<StoredAnswer<R>>> {
   const out = items.map((it, i) => ({ fingerprint: it.fingerprint, response: it.response, inserted: inserted[i]! }))
   const taken = items.filter((_it, i) => !inserted[i])
   if (taken.length === 0) return out
-  const earlier = await c.query<{ client_id: string, idempotency_key: string, fingerprint: string, response: R }>(takenSql, [taken.map(t => t.clientId), taken.map(t => t.key)])
+  const earlier = await c.query<{ client_id: string, idempotency_key: string, fingerprint: string, response: R }>(
+    takenSql, [taken.map(t => t.clientId), taken.map(t => t.key)])
   const byKey = new Map(earlier.rows.map(e => [`${e.client_id}\u0000${e.idempotency_key}`, e]))
   items.forEach((it, i) => {
     if (inserted[i]) return
@@ -177,7 +186,10 @@ export class GroupCommit<I, O> {
     }
   }
 
-  /** Opens the writer's connection before the first shed answer needs it (a cold login costs that answer tens of ms). */
+  /**
+   * Opens the writer's connection before the first shed answer needs it (a cold
+   * login costs that answer tens of ms).
+   */
   warm (): void {
     this.#connection().catch(err => { this.#o.log.warn({ err }, `${this.#o.name}: writer connection not opened; the first batch opens it`) })
   }

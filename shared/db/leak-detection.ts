@@ -25,17 +25,24 @@ export async function untracked<T> (pool: pg.Pool, fn: () => Promise<T>): Promis
 /** Clients of `pool` checked out for longer than `ms` right now (only for a pool with leak detection on). */
 export function heldLongerThan (pool: pg.Pool, ms: number): pg.PoolClient[] {
   const now = performance.now()
-  return [...(tracked.get(pool) ?? new Map<pg.PoolClient, Held>()).entries()].filter(([, h]) => now - h.at > ms).map(([c]) => c)
+  const held = tracked.get(pool) ?? new Map<pg.PoolClient, Held>()
+  return [...held.entries()].filter(([, h]) => now - h.at > ms).map(([c]) => c)
 }
 
-export function detectLeaks (pool: pg.Pool, o: { name: string, thresholdMs: number, log: { warn (obj: object, m: string): void } }): void {
+type ConnectCallback = (err: Error | undefined, client?: pg.PoolClient, done?: (release?: unknown) => void) => void
+
+export function detectLeaks (
+  pool: pg.Pool, o: { name: string, thresholdMs: number, log: { warn (obj: object, m: string): void } }
+): void {
   if (o.thresholdMs <= 0) return
   const held = new Map<pg.PoolClient, Held>()
   tracked.set(pool, held)
-  const track = (client: pg.PoolClient, where: Error): void => { if (!warming.has(pool)) held.set(client, { at: performance.now(), where, reported: false }) }
-  const connect = pool.connect.bind(pool) as (cb?: (err: Error | undefined, client?: pg.PoolClient, done?: (release?: unknown) => void) => void) => Promise<pg.PoolClient> | undefined
+  const track = (client: pg.PoolClient, where: Error): void => {
+    if (!warming.has(pool)) held.set(client, { at: performance.now(), where, reported: false })
+  }
+  const connect = pool.connect.bind(pool) as (cb?: ConnectCallback) => Promise<pg.PoolClient> | undefined
   // pool.query() checks out through this.connect too, so both paths are tracked.
-  ;(pool as unknown as { connect: unknown }).connect = (cb?: (err: Error | undefined, client?: pg.PoolClient, done?: (release?: unknown) => void) => void) => {
+  ;(pool as unknown as { connect: unknown }).connect = (cb?: ConnectCallback) => {
     const where = new Error('pool client checked out here')
     if (cb) return connect((err, client, done) => { if (client) track(client, where); cb(err, client, done) })
     return connect()!.then(client => { track(client, where); return client })

@@ -17,7 +17,9 @@ const consoleLog: PoolLog = {
   warn: (obj, m) => console.error(JSON.stringify({ level: 'warn', msg: m, ...obj })),
 }
 
-export function createLanePool (limits: LaneLimits, databaseUrl: string, log: PoolLog, max = limits.db.poolMax): pg.Pool {
+export function createLanePool (
+  limits: LaneLimits, databaseUrl: string, log: PoolLog, max = limits.db.poolMax
+): pg.Pool {
   const pool = new pg.Pool({
     connectionString: databaseUrl,
     max,
@@ -134,7 +136,9 @@ export class ReplaceablePool {
  * is that process's share of the role's limit. With createLanePool, the only
  * places the fleet makes pools (npm run lint:bulkheads holds everyone to it).
  */
-export function createRolePool (databaseUrl: string, o: { max: number, applicationName: string, leakDetectionMs?: number }, log: PoolLog = consoleLog): pg.Pool {
+export function createRolePool (
+  databaseUrl: string, o: { max: number, applicationName: string, leakDetectionMs?: number }, log: PoolLog = consoleLog
+): pg.Pool {
   const pool = new pg.Pool({ connectionString: databaseUrl, max: o.max, application_name: o.applicationName })
   pool.on('error', err => log.error({ err }, 'idle pg client error'))
   detectLeaks(pool, { name: o.applicationName.replace(/^watertight-/, ''), thresholdMs: o.leakDetectionMs ?? LEAK_DETECTION_DEFAULT_MS, log })
@@ -146,7 +150,13 @@ export function createClient (databaseUrl: string, applicationName = 'watertight
   return new pg.Client({ connectionString: databaseUrl, application_name: applicationName })
 }
 
-interface PoolInternals { options: { max: number }, _idle: Array<{ client: pg.PoolClient }>, _clients: pg.PoolClient[], _expired: WeakSet<pg.PoolClient>, _remove (c: pg.PoolClient): void }
+interface PoolInternals {
+  options: { max: number }
+  _idle: Array<{ client: pg.PoolClient }>
+  _clients: pg.PoolClient[]
+  _expired: WeakSet<pg.PoolClient>
+  _remove (c: pg.PoolClient): void
+}
 
 /**
  * Sets a pool's max while it serves (a lane replica's share, replica-share.ts).
@@ -170,14 +180,20 @@ export function resizePool (pool: pg.Pool, max: number): void {
 }
 
 export function poolCounts (pool: pg.Pool): PoolCounts {
-  return { total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount, max: (pool.options as { max: number }).max }
+  const { max } = pool.options as { max: number }
+  return { total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount, max }
 }
 
-/** How start-up retries its first use of a role (shared/db/start-wait.ts: retrying() for what is left of the start budget). */
+/**
+ * How start-up retries its first use of a role (shared/db/start-wait.ts:
+ * retrying() for what is left of the start budget).
+ */
 export type StartRetry = <T>(fn: () => Promise<T>) => Promise<T>
 
 /** Fails start-up when the pool does not connect as the role the lane table names (ADV-FD-01 at runtime). */
-export async function assertRole (pool: pg.Pool, role: string, retry: StartRetry = fn => retrying(fn, START_BUDGET_MS)): Promise<void> {
+export async function assertRole (
+  pool: pg.Pool, role: string, retry: StartRetry = fn => retrying(fn, START_BUDGET_MS)
+): Promise<void> {
   const { rows } = await retry(() => pool.query<{ current_user: string }>('select current_user'))
   const got = rows[0]?.current_user
   if (got !== role) throw new Error(`ERR_SHARED_FAILURE_DOMAIN_DETECTED: pool connects as ${String(got)}, expected ${role}`)
@@ -229,8 +245,13 @@ export async function warmPool (pool: pg.Pool, n: number, budgetMs = START_BUDGE
   return opened
 }
 
-/** fn, retried with capped exponential backoff and jitter until it succeeds, `budgetMs` has passed, or `stop()` says there is no point. */
-export async function retrying<T> (fn: () => Promise<T>, budgetMs: number, stop: () => boolean = () => false): Promise<T> {
+/**
+ * fn, retried with capped exponential backoff and jitter until it succeeds,
+ * `budgetMs` has passed, or `stop()` says there is no point.
+ */
+export async function retrying<T> (
+  fn: () => Promise<T>, budgetMs: number, stop: () => boolean = () => false
+): Promise<T> {
   const until = Date.now() + budgetMs
   for (let failures = 1; ; failures++) {
     try {

@@ -10,7 +10,11 @@ const ident = (s: string): string => {
 }
 const literal = (s: string): string => `'${s.replaceAll("'", "''")}'`
 
-export async function provisionRoles (client: pg.Client | pg.PoolClient, passwords: Record<string, string>, env: Record<string, string | undefined> = process.env): Promise<void> {
+export async function provisionRoles (
+  client: pg.Client | pg.PoolClient,
+  passwords: Record<string, string>,
+  env: Record<string, string | undefined> = process.env
+): Promise<void> {
   const { rows } = await client.query<{ db: string }>('select current_database() as db')
   const db = rows[0]!.db
   const version = (await client.query<{ v: number }>("select current_setting('server_version_num')::int as v")).rows[0]!.v
@@ -35,7 +39,8 @@ export async function provisionRoles (client: pg.Client | pg.PoolClient, passwor
     await client.query(`grant execute on all functions in schema ${ident(r.schema)} to ${role}`)
     // The workers vacuum the claim table themselves (shared/queue/vacuum.ts says why). MAINTAIN exists from 17 on.
     if (r.schema === 'jobs' && version >= 170000) await client.query(`grant maintain on table jobs.jobs_hot to ${role}`)
-    // Lanes that own queues may enqueue through jobs.enqueue() / jobs.enqueue_many() and nothing else of the queue schema.
+    // Lanes that own queues may enqueue through jobs.enqueue() / jobs.enqueue_many()
+    // and nothing else of the queue schema.
     if (r.enqueues) {
       await client.query(`grant usage on schema jobs to ${role}`)
       await client.query(`grant execute on function jobs.enqueue(text, text, jsonb, integer, integer, integer, text) to ${role}`)

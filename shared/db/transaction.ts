@@ -10,8 +10,13 @@ export interface RolledBack<T> { readonly [ROLLBACK]: true, readonly value: T }
 export function rollback<T> (value: T): RolledBack<T> { return { [ROLLBACK]: true, value } }
 const isRolledBack = (v: unknown): v is RolledBack<unknown> => typeof v === 'object' && v !== null && ROLLBACK in v
 
-/** Runs `fn` in one transaction on `client`. `skipRollback()`: the connection is being discarded (e.g. an aborted execution), do not talk to it. */
-export async function inTransaction<C extends pg.ClientBase, T> (client: C, fn: (c: C) => Promise<T | RolledBack<T>>, o: { skipRollback?: () => boolean } = {}): Promise<T> {
+/**
+ * Runs `fn` in one transaction on `client`. `skipRollback()`: the connection is
+ * being discarded (e.g. an aborted execution), do not talk to it.
+ */
+export async function inTransaction<C extends pg.ClientBase, T> (
+  client: C, fn: (c: C) => Promise<T | RolledBack<T>>, o: { skipRollback?: () => boolean } = {}
+): Promise<T> {
   await client.query('begin')
   try {
     const out = await fn(client)
@@ -25,7 +30,9 @@ export async function inTransaction<C extends pg.ClientBase, T> (client: C, fn: 
 }
 
 /** A connection of `pool` for one transaction, given back afterwards. */
-export async function withTransaction<T> (pool: pg.Pool, fn: (c: pg.PoolClient) => Promise<T | RolledBack<T>>): Promise<T> {
+export async function withTransaction<T> (
+  pool: pg.Pool, fn: (c: pg.PoolClient) => Promise<T | RolledBack<T>>
+): Promise<T> {
   const c = await pool.connect()
   try {
     return await inTransaction(c, fn)

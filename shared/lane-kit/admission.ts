@@ -21,7 +21,8 @@ export type LaneHandler = (req: FastifyRequest, exec: Execution) => Promise<Lane
  * Decides what a rejected arrival gets: 429, a compensated answer, a 202, ...
  * `fair`: where its tenant stood, when other tenants were in flight.
  */
-export type RejectHandler = (reason: LaneRejectReason, req: FastifyRequest, fair?: FairShare) => Promise<LaneResult> | LaneResult
+export type RejectHandler =
+  (reason: LaneRejectReason, req: FastifyRequest, fair?: FairShare) => Promise<LaneResult> | LaneResult
 
 export interface AdmissionDeps {
   bulkhead: Bulkhead
@@ -77,7 +78,14 @@ export function admitted (deps: AdmissionDeps, handler: LaneHandler, onReject: R
 }
 
 /** A rejected arrival: counted, timed (Server-Timing), and answered by the lane's own policy. */
-async function rejected (deps: AdmissionDeps, req: FastifyRequest, reply: FastifyReply, err: Error & { decidedAt: number }, entered: number, onReject: RejectHandler): Promise<unknown> {
+async function rejected (
+  deps: AdmissionDeps,
+  req: FastifyRequest,
+  reply: FastifyReply,
+  err: Error & { decidedAt: number },
+  entered: number,
+  onReject: RejectHandler
+): Promise<unknown> {
   if (!(err instanceof BulkheadRejected)) throw err
   if (err.reason === 'aborted') return reply.hijack()
   deps.metrics.rejection(err.reason)
@@ -93,11 +101,17 @@ async function rejected (deps: AdmissionDeps, req: FastifyRequest, reply: Fastif
 }
 
 /** The handler under the hard deadline: whichever comes first, its result or the abort. */
-async function execute (deps: AdmissionDeps, handler: LaneHandler, req: FastifyRequest, ac: Canceller): Promise<LaneResult> {
+async function execute (
+  deps: AdmissionDeps, handler: LaneHandler, req: FastifyRequest, ac: Canceller
+): Promise<LaneResult> {
   const deadline = setTimeout(() => { ac.abort(new AppError('ERR_DEADLINE_EXCEEDED', { detail: `execution exceeded ${deps.deadlineMs} ms` })) }, deps.deadlineMs)
   const stopped = new Promise<never>((_resolve, reject) => ac.onAbort(reject))
   stopped.catch(() => {})
-  const exec: Execution = { get signal () { return ac.signal }, cancel: ac, db: executionDb(deps.pool, ac, deps.recovery) }
+  const exec: Execution = {
+    get signal () { return ac.signal },
+    cancel: ac,
+    db: executionDb(deps.pool, ac, deps.recovery),
+  }
   try {
     return await Promise.race([handler(req, exec), stopped])
   } catch (err) {

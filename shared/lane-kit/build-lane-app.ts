@@ -66,7 +66,8 @@ const laneKitPlugin: FastifyPluginAsync<LaneKitOptions> = async (app, opts) => {
   const leaks = countPoolLeaks(registry)
   // The pool's max is this replica's share of the role's limit (replica-share.ts), a new pool's too.
   const share = new ReplicaShare({ limits, pool: () => pools.current, log: app.log })
-  const pools: ReplaceablePool = new ReplaceablePool(() => leaks(createLanePool(limits, opts.databaseUrl, app.log, share.poolMax)), (step, err) => {
+  const makePool = () => leaks(createLanePool(limits, opts.databaseUrl, app.log, share.poolMax))
+  const pools: ReplaceablePool = new ReplaceablePool(makePool, (step, err) => {
     app.log.warn({ lane: limits.lane, step, err }, `pool reset: ${step} failed; the reset goes on without it`)
     metrics.poolResetError(step)
   })
@@ -122,7 +123,14 @@ const laneKitPlugin: FastifyPluginAsync<LaneKitOptions> = async (app, opts) => {
     warmUp: new WarmUp(),
     breakers: [],
     get pool () { return pool() },
-    admitted: (handler, onReject) => admitted({ bulkhead, metrics, pool, recovery, deadlineMs: limits.deadlineMs, tenant: req => tenantOf(limits.fair.by, req) }, handler, onReject),
+    admitted: (handler, onReject) => admitted({
+      bulkhead,
+      metrics,
+      pool,
+      recovery,
+      deadlineMs: limits.deadlineMs,
+      tenant: req => tenantOf(limits.fair.by, req),
+    }, handler, onReject),
   }
 
   breakerMetrics(registry, () => kit.breakers)
@@ -131,7 +139,8 @@ const laneKitPlugin: FastifyPluginAsync<LaneKitOptions> = async (app, opts) => {
     // The warm-up's own request is not traffic (warm-up.ts).
     if (req.headers[WARM_UP_HEADER] !== undefined) { done(); return }
     const route = req.routeOptions.url ?? 'unmatched'
-    metrics.requestDuration.observe({ lane: limits.lane, route, status_code: String(reply.statusCode) }, reply.elapsedTime / 1000)
+    const labels = { lane: limits.lane, route, status_code: String(reply.statusCode) }
+    metrics.requestDuration.observe(labels, reply.elapsedTime / 1000)
     if (route.startsWith('/v1/')) metrics.observeLatency(reply.elapsedTime / 1000)
     done()
   })
@@ -162,7 +171,9 @@ declare module 'fastify' {
 /** A lane's app: the HTTP app, the lane kit, the lane's routes. */
 export async function buildLaneApp (opts: BuildLaneOptions): Promise<{ app: FastifyInstance, kit: LaneKit }> {
   const app = createHttpApp({ logger: opts.logger })
-  await app.register(laneKit, { limits: opts.limits, databaseUrl: opts.databaseUrl, healthCheckIntervalMs: opts.healthCheckIntervalMs })
+  await app.register(laneKit, {
+    limits: opts.limits, databaseUrl: opts.databaseUrl, healthCheckIntervalMs: opts.healthCheckIntervalMs,
+  })
   await opts.routes(app, app.kit)
   return { app, kit: app.kit }
 }

@@ -10,13 +10,18 @@ import type { Cancellation } from '../cancellation.ts'
 
 export interface ExecutionDb {
   /** A named query (`{ name, text }`) is parsed once per connection and reused. */
-  query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string | { name: string, text: string }, values?: unknown[]): Promise<pg.QueryResult<R>>
+  query<R extends pg.QueryResultRow = pg.QueryResultRow>(
+    text: string | { name: string, text: string }, values?: unknown[]
+  ): Promise<pg.QueryResult<R>>
   /** Runs fn in one transaction on one connection; no I/O but this lane's SQL may happen inside. */
   tx<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T>
 }
 
 export interface Execution {
-  /** Aborted when the execution must stop (deadline, client gone) or has ended. Made on first use: prefer `cancel` where a Cancellation will do. */
+  /**
+   * Aborted when the execution must stop (deadline, client gone) or has ended.
+   * Made on first use: prefer `cancel` where a Cancellation will do.
+   */
   readonly signal: AbortSignal
   /** The same stop as `signal`, without an AbortSignal (shared/cancellation.ts). */
   readonly cancel: Cancellation
@@ -26,7 +31,9 @@ export interface Execution {
 /** Where an execution reports whether the database handed it a connection (lane-kit/recovery.ts). */
 export interface DependencyReport { dependencyFailed (name: string): void, dependencyOk (name: string): void }
 
-export function executionDb (poolOf: pg.Pool | (() => pg.Pool), signal: Cancellation, report?: DependencyReport): ExecutionDb {
+export function executionDb (
+  poolOf: pg.Pool | (() => pg.Pool), signal: Cancellation, report?: DependencyReport
+): ExecutionDb {
   const current = typeof poolOf === 'function' ? poolOf : () => poolOf
   const held = new Set<{ client: pg.PoolClient, released: boolean }>()
 

@@ -36,7 +36,16 @@ export function fairDetail (by: FairBy, permits: number, fair: FairShare | undef
 /** The problem's `fairShare` extension: machine-readable, the same figures. */
 function fairExtension (fair: FairShare | undefined): Record<string, unknown> {
   if (!fair) return {}
-  return { fairShare: { tenant: fair.tenant, held: fair.held, queued: fair.queued, share: roundShare(fair.share), tenants: fair.tenants, displaced: fair.displaced } }
+  return {
+    fairShare: {
+      tenant: fair.tenant,
+      held: fair.held,
+      queued: fair.queued,
+      share: roundShare(fair.share),
+      tenants: fair.tenants,
+      displaced: fair.displaced,
+    },
+  }
 }
 
 /** The lane's saturation answer (`why`), with its tenant's load and fair share when others were in flight. */

@@ -15,7 +15,13 @@ export function createUpstreamPool (origin: string, limits: LaneLimits, opts: { 
  * global dispatcher, which every module in a process would share.
  */
 export function createHttpAgent (o: { connections: number, timeoutMs: number }): Agent {
-  return new Agent({ connections: o.connections, connectTimeout: o.timeoutMs, headersTimeout: o.timeoutMs, bodyTimeout: o.timeoutMs, keepAliveTimeout: 4_000 })
+  return new Agent({
+    connections: o.connections,
+    connectTimeout: o.timeoutMs,
+    headersTimeout: o.timeoutMs,
+    bodyTimeout: o.timeoutMs,
+    keepAliveTimeout: 4_000,
+  })
 }
 
 /**
@@ -23,8 +29,18 @@ export function createHttpAgent (o: { connections: number, timeoutMs: number }):
  * gateway's pool per lane (capped at the lane's in-flight cap), a worker's
  * provider client.
  */
-export function createOriginPool (origin: string, o: { connections: number, timeoutMs: number, connectTimeoutMs?: number, maxResponseBytes?: number }): Pool {
-  return new Pool(origin, { connections: o.connections, pipelining: 1, connectTimeout: o.connectTimeoutMs ?? Math.min(o.timeoutMs, 5_000), headersTimeout: o.timeoutMs, bodyTimeout: o.timeoutMs, keepAliveTimeout: 4_000, maxResponseSize: o.maxResponseBytes ?? -1 })
+export function createOriginPool (
+  origin: string, o: { connections: number, timeoutMs: number, connectTimeoutMs?: number, maxResponseBytes?: number }
+): Pool {
+  return new Pool(origin, {
+    connections: o.connections,
+    pipelining: 1,
+    connectTimeout: o.connectTimeoutMs ?? Math.min(o.timeoutMs, 5_000),
+    headersTimeout: o.timeoutMs,
+    bodyTimeout: o.timeoutMs,
+    keepAliveTimeout: 4_000,
+    maxResponseSize: o.maxResponseBytes ?? -1,
+  })
 }
 
 /**

@@ -17,7 +17,9 @@ const ProcessEnv = Type.Object({
   DATABASE_URL: Type.String({ minLength: 1, description: 'connection string with the lane role' }),
 })
 
-type Build = (cfg: { limits: LaneLimits, databaseUrl: string, logger: ReturnType<typeof loggerOptions> }) => Promise<{ app: FastifyInstance, kit: LaneKit }>
+type Build = (cfg: { limits: LaneLimits, databaseUrl: string, logger: ReturnType<typeof loggerOptions> }) => Promise<{
+  app: FastifyInstance, kit: LaneKit
+}>
 
 /** `warmPath`: the lane's read route for an id no row has, run once before the lane reports ready. */
 export async function runLane (lane: LaneName, build: Build, warmPath: string): Promise<void> {
@@ -28,7 +30,8 @@ export async function runLane (lane: LaneName, build: Build, warmPath: string): 
     const built = await build({ limits, databaseUrl: env.DATABASE_URL, logger: loggerOptions(lane) })
     app = built.app
     // Waits while the role's CONNECTION LIMIT is full (a rollout's old replica still holds it), saying so once.
-    await assertRole(built.kit.pool, limits.db.role, new StartBudget({ name: lane, log: app.log }).for(laneRoleBudget(limits)))
+    const budget = new StartBudget({ name: lane, log: app.log }).for(laneRoleBudget(limits))
+    await assertRole(built.kit.pool, limits.db.role, budget)
     // This replica's share among the live ones, before the pool warms to it.
     await built.kit.share.start()
     built.kit.warmUp.begin()

@@ -7,7 +7,9 @@ import type { LaneKit } from './build-lane-app.ts'
 import type { RejectHandler } from './admission.ts'
 import { clientIdOf } from './request-context.ts'
 
-export function storedResponseRoute (app: FastifyInstance, kit: LaneKit, opts: { url: string, table: string, what: string, onReject: RejectHandler }): void {
+export function storedResponseRoute (
+  app: FastifyInstance, kit: LaneKit, opts: { url: string, table: string, what: string, onReject: RejectHandler }
+): void {
   if (!/^[a-z_]+\.[a-z_]+$/.test(opts.table)) throw new Error(`bad table ${opts.table}`)
   const sql = `select response from ${opts.table} where id = $1 and client_id = $2`
   app.get(opts.url, { schema: { params: IdParams } }, kit.admitted(async (req: FastifyRequest, exec) => {

@@ -5,9 +5,14 @@ import type pg from 'pg'
 import { rollback, withTransaction } from '../db/transaction.ts'
 import type { Db, QueueRow } from './types.ts'
 
-export interface QueuePatch { maxWorkers?: number | null, paused?: boolean, active?: boolean, zombieTimeoutSeconds?: number }
+export interface QueuePatch {
+  maxWorkers?: number | null, paused?: boolean, active?: boolean, zombieTimeoutSeconds?: number
+}
 
-/** Apply a patch; deactivating also releases fetched-but-not-started jobs back to pending. Returns the new row, or undefined for an unknown queue. */
+/**
+ * Apply a patch; deactivating also releases fetched-but-not-started jobs back
+ * to pending. Returns the new row, or undefined for an unknown queue.
+ */
 export async function updateQueue (pool: pg.Pool, name: string, patch: QueuePatch): Promise<QueueRow | undefined> {
   return withTransaction(pool, async c => {
     const { rows } = await c.query<QueueRow>(
@@ -18,7 +23,8 @@ export async function updateQueue (pool: pg.Pool, name: string, patch: QueuePatc
          zombie_timeout_seconds = coalesce($6, zombie_timeout_seconds),
          updated_at = now()
        where name = $1 returning *`,
-      [name, patch.maxWorkers !== undefined, patch.maxWorkers ?? null, patch.paused ?? null, patch.active ?? null, patch.zombieTimeoutSeconds ?? null])
+      [name, patch.maxWorkers !== undefined, patch.maxWorkers ?? null,
+        patch.paused ?? null, patch.active ?? null, patch.zombieTimeoutSeconds ?? null])
     if (!rows[0]) return rollback(undefined)
     if (patch.active === false) {
       await c.query(`update jobs.jobs_hot set status = 'pending', lease = null, worker_id = null, fetched_at = null
@@ -40,7 +46,9 @@ export interface QueueStats {
 }
 
 export async function queueStats (db: Db): Promise<QueueStats[]> {
-  const { rows } = await db.query<QueueRow & { pending: number, fetched: number, processing: number, dead: number, oldest: number | null }>(
+  const { rows } = await db.query<QueueRow & {
+    pending: number, fetched: number, processing: number, dead: number, oldest: number | null
+  }>(
     `select q.*,
             (select count(*)::int from jobs.jobs_hot h where h.queue = q.name and h.status = 'pending') as pending,
             (select count(*)::int from jobs.jobs_hot h where h.queue = q.name and h.status = 'fetched') as fetched,
@@ -59,10 +67,23 @@ export async function queueStats (db: Db): Promise<QueueStats[]> {
   }))
 }
 
-export async function listDead (db: Db, queue: string, limit = 100): Promise<Array<{ id: string, type: string, reason: string, attempts: number, lastError: string | null, diedAt: string }>> {
-  const { rows } = await db.query<{ id: string, type: string, reason: string, attempts: number, last_error: string | null, died_at: Date }>(
+export interface DeadJob {
+  id: string, type: string, reason: string, attempts: number, lastError: string | null, diedAt: string
+}
+
+export async function listDead (db: Db, queue: string, limit = 100): Promise<DeadJob[]> {
+  const { rows } = await db.query<{
+    id: string, type: string, reason: string, attempts: number, last_error: string | null, died_at: Date
+  }>(
     'select id, type, reason, attempts, last_error, died_at from jobs.jobs_dead where queue = $1 order by died_at desc limit $2', [queue, limit])
-  return rows.map(r => ({ id: r.id, type: r.type, reason: r.reason, attempts: r.attempts, lastError: r.last_error, diedAt: r.died_at.toISOString() }))
+  return rows.map(r => ({
+    id: r.id,
+    type: r.type,
+    reason: r.reason,
+    attempts: r.attempts,
+    lastError: r.last_error,
+    diedAt: r.died_at.toISOString(),
+  }))
 }
 
 /** Move dead jobs (all of the queue's, or the given ids) back to pending with fresh attempts. */

@@ -9,7 +9,9 @@ export interface EnqueueOptions {
   idempotencyKey?: string
 }
 
-export async function enqueue (db: Db, queue: string, type: string, payload: Record<string, unknown>, o: EnqueueOptions = {}): Promise<{ id: string, created: boolean }> {
+export async function enqueue (
+  db: Db, queue: string, type: string, payload: Record<string, unknown>, o: EnqueueOptions = {}
+): Promise<{ id: string, created: boolean }> {
   const { rows } = await db.query<{ id: string, created: boolean }>(
     'select * from jobs.enqueue($1, $2, $3, $4, $5, $6, $7)',
     [queue, type, payload, o.priority ?? 0, o.delayMs ?? 0, o.maxAttempts ?? 5, o.idempotencyKey ?? null])
@@ -30,7 +32,8 @@ export async function enqueueMany (db: Db, queue: string, type: string, jobs: re
   const keyed = jobs.some(j => j.idempotencyKey != null)
   const { rows } = await db.query<{ ord: number, id: string, created: boolean }>(
     'select * from jobs.enqueue_many($1, $2, $3::jsonb[], $4::text[], $5, $6, $7)',
-    [queue, type, jobs.map(j => JSON.stringify(j.payload ?? {})), keyed ? jobs.map(j => j.idempotencyKey ?? null) : null,
+    [queue, type, jobs.map(j => JSON.stringify(j.payload ?? {})),
+      keyed ? jobs.map(j => j.idempotencyKey ?? null) : null,
       o.priority ?? 0, o.delayMs ?? 0, o.maxAttempts ?? 5])
   const out = new Array<{ id: string, created: boolean }>(jobs.length)
   for (const r of rows) out[r.ord - 1] = { id: r.id, created: r.created }

@@ -6,7 +6,9 @@ import type { Db } from './types.ts'
 import { backoffMs } from '../backoff.ts'
 import { toDead } from './dead-letter.ts'
 
-export interface FailOptions { fatal?: boolean, deferred?: boolean, baseMs?: number, capMs?: number, random?: () => number }
+export interface FailOptions {
+  fatal?: boolean, deferred?: boolean, baseMs?: number, capMs?: number, random?: () => number
+}
 
 /** Retry with backoff, or dead-letter when attempts are used up or the failure is fatal. */
 export async function fail (db: Db, id: string, lease: string, error: string, o: FailOptions = {}): Promise<'retry' | 'dead' | 'lost'> {
@@ -16,7 +18,7 @@ export async function fail (db: Db, id: string, lease: string, error: string, o:
   if (!job) return 'lost'
   const msg = error.slice(0, 2_000)
   if (!o.deferred && (o.fatal || job.attempts >= job.max_attempts)) {
-    const moved = await toDead(db, 'id = $1 and lease = $2 and status = \'processing\'', [id, lease], o.fatal ? 'fatal' : 'max_attempts', msg)
+    const moved = await toDead(db, "id = $1 and lease = $2 and status = 'processing'", [id, lease], o.fatal ? 'fatal' : 'max_attempts', msg)
     return moved.length > 0 ? 'dead' : 'lost'
   }
   // Unless the worker sets its own: 1 s after the first failure, doubling, at most 5 min.

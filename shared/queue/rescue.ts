@@ -41,7 +41,9 @@ export interface RescueScope {
   types: ReadonlyArray<{ type: string, idempotent: boolean }>
 }
 
-export interface RescueResult { requeuedFetched: number, requeuedProcessing: number, dead: number, byQueue: Record<string, number> }
+export interface RescueResult {
+  requeuedFetched: number, requeuedProcessing: number, dead: number, byQueue: Record<string, number>
+}
 
 export interface StrandedZombies { queue: string, type: string, jobs: number, oldestHeartbeatAgeSeconds: number }
 
@@ -56,8 +58,11 @@ const STALE = (status: 'fetched' | 'processing', scope = '') => {
 
 export async function rescueZombies (db: Db, scope: RescueScope): Promise<RescueResult> {
   const byQueue: Record<string, number> = {}
-  const count = (queues: string[]): number => { for (const q of queues) byQueue[q] = (byQueue[q] ?? 0) + 1; return queues.length }
-  const back = 'set status = \'pending\', lease = null, worker_id = null, fetched_at = null, started_at = null, heartbeat_at = null, last_error = coalesce(last_error, \'\') || $1'
+  const count = (queues: string[]): number => {
+    for (const q of queues) byQueue[q] = (byQueue[q] ?? 0) + 1
+    return queues.length
+  }
+  const back = "set status = 'pending', lease = null, worker_id = null, fetched_at = null, started_at = null, heartbeat_at = null, last_error = coalesce(last_error, '') || $1"
   const queues = [...scope.queues]
   const idempotent = scope.types.filter(t => t.idempotent).map(t => t.type)
   const once = scope.types.filter(t => !t.idempotent).map(t => t.type)
@@ -69,10 +74,18 @@ export async function rescueZombies (db: Db, scope: RescueScope): Promise<Rescue
     ['[rescued: zombie, idempotent re-run]', queues, idempotent])
   const dead = await toDead(db, STALE('processing', 'and h.queue = any($1::text[]) and h.type = any($2::text[])'), [queues, once],
     'zombie', 'worker lost (heartbeat stopped) while running a non-idempotent job')
-  return { requeuedFetched: count(f.rows.map(r => r.queue)), requeuedProcessing: count(p.rows.map(r => r.queue)), dead: count(dead), byQueue }
+  return {
+    requeuedFetched: count(f.rows.map(r => r.queue)),
+    requeuedProcessing: count(p.rows.map(r => r.queue)),
+    dead: count(dead),
+    byQueue,
+  }
 }
 
-/** Processing jobs stale for more than twice their queue's zombie timeout: no live worker that knows them has rescued them. Fleet-wide. */
+/**
+ * Processing jobs stale for more than twice their queue's zombie timeout: no
+ * live worker that knows them has rescued them. Fleet-wide.
+ */
 export async function strandedZombies (db: Db): Promise<StrandedZombies[]> {
   const { rows } = await db.query<{ queue: string, type: string, jobs: number, oldest: number }>(
     `select h.queue, h.type, count(*)::int as jobs, extract(epoch from clock_timestamp() - min(h.heartbeat_at))::float8 as oldest

@@ -5,7 +5,9 @@
 // after one TTL; its share is handed back by the next worker that grows its own.
 import type { Db } from './types.ts'
 
-export async function workerSeen (db: Db, workerId: string, slots: Record<string, number>, ttlMs: number): Promise<void> {
+export async function workerSeen (
+  db: Db, workerId: string, slots: Record<string, number>, ttlMs: number
+): Promise<void> {
   const queues = Object.keys(slots).sort()
   await db.query('select jobs.worker_seen($1, $2::text[], $3::int[], $4)', [workerId, queues, queues.map(q => slots[q]!), Math.round(ttlMs)])
 }

@@ -115,7 +115,9 @@ const ipOf = async (id: string): Promise<string[]> =>
 const pidOf = async (id: string): Promise<number> => Number((await run('docker', ['inspect', '--format', '{{.State.Pid}}', id])).stdout.trim())
 
 /** Card authorizations at `rate`/s for `ms` while `during` runs: every answer, and the p99 (reported, not asserted). */
-async function cardLoad (rate: number, ms: number, during: () => Promise<void> = async () => {}): Promise<{ statuses: Record<string, number>, p99Ms: number }> {
+async function cardLoad (
+  rate: number, ms: number, during: () => Promise<void> = async () => {}
+): Promise<{ statuses: Record<string, number>, p99Ms: number }> {
   const load = runOpenLoop({ rate, durationMs: ms, send: async () => (await authorize()).status })
   await during()
   const r = await load
@@ -235,7 +237,11 @@ t.test('card-auth at two replicas: both serve; one killed mid-load costs only wh
   const address = [...after.keys()].find(a => addresses.some(ip => a.startsWith(`${ip}:`)))!
   t.ok(address, `the replica killed is ${address}`)
   const answers: Res[] = []
-  const load = runOpenLoop({ rate: 40, durationMs: 12_000, send: async () => { const r = await authorize(); answers.push(r); return r.status } })
+  const load = runOpenLoop({
+    rate: 40,
+    durationMs: 12_000,
+    send: async () => { const r = await authorize(); answers.push(r); return r.status },
+  })
   await eventually(async () => answers.length >= 100, 10_000, 20)
   await run('kill', ['-KILL', String(await pidOf(victim.id))])
   const killedAt = Date.now()

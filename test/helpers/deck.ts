@@ -14,11 +14,15 @@ export interface Deck {
   admin (method: string, path: string, json?: unknown, headers?: Record<string, string>): Promise<Res>
 }
 
-export interface DeckTargets { cardAuth?: string, fraud?: string, tax?: string, gateway?: string, sandbox?: string, workers?: string }
+export interface DeckTargets {
+  cardAuth?: string, fraud?: string, tax?: string, gateway?: string, sandbox?: string, workers?: string
+}
 
 const REFUSED = 'http://127.0.0.1:9' // the discard port: nothing listens, the connection is refused
 
-export async function startDeck (t: Test, db: TestDb, targets: DeckTargets, env: Record<string, string> = {}): Promise<Deck> {
+export async function startDeck (
+  t: Test, db: TestDb, targets: DeckTargets, env: Record<string, string> = {}
+): Promise<Deck> {
   const token = crypto.randomBytes(24).toString('base64url')
   const proc = await startProcess(t, 'deck', 'services/deck/main.ts', {
     ...db.env,

@@ -29,7 +29,9 @@ export interface Fleet {
   startLane (lane: LaneName): Promise<Proc>
 }
 
-export async function startFleet (t: Test, db: TestDb, opts: { lanes?: LaneName[], env?: Record<string, string> } = {}): Promise<Fleet> {
+export async function startFleet (
+  t: Test, db: TestDb, opts: { lanes?: LaneName[], env?: Record<string, string> } = {}
+): Promise<Fleet> {
   const env = { ...db.env, ...opts.env }
   // The sandbox plays the provider: it fails only as a test tells it to, never
   // by shedding because the machine running the tests is busy.

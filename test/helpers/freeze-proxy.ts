@@ -22,7 +22,10 @@ export async function freezeProxy (t: Test, target: { host: string, port: number
     server.once('close', close).on('error', close)
   })
   await new Promise<void>(resolve => proxy.listen(0, '127.0.0.1', resolve))
-  t.teardown(() => new Promise<void>(resolve => { for (const p of pairs) { p.client.destroy(); p.server.destroy() } proxy.close(() => resolve()) }))
+  t.teardown(() => new Promise<void>(resolve => {
+    for (const p of pairs) { p.client.destroy(); p.server.destroy() }
+    proxy.close(() => resolve())
+  }))
   return {
     port: (proxy.address() as net.AddressInfo).port,
     get connections () { return pairs.size },

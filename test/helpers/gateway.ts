@@ -32,7 +32,9 @@ export async function untilServing (url: string, timeoutMs = 30_000): Promise<vo
 }
 
 /** A lone gateway; `pressed`: one started to be under pressure, not waited on to serve. */
-export async function startLoneGateway (t: Test, env: Record<string, string> = {}, opts: { pressed?: boolean } = {}): Promise<LoneGateway> {
+export async function startLoneGateway (
+  t: Test, env: Record<string, string> = {}, opts: { pressed?: boolean } = {}
+): Promise<LoneGateway> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wt-gw-'))
   t.teardown(() => fs.rmSync(dir, { recursive: true, force: true }))
   const keysFile = path.join(dir, 'api-keys.json')

@@ -7,7 +7,13 @@ export const agent = new Agent({ connections: 512, pipelining: 1 })
 
 export interface Res { status: number, headers: Record<string, string>, body: any, ms: number }
 
-export async function call (url: string, opts: { method?: string, headers?: Record<string, string>, json?: unknown, raw?: string | Buffer, signal?: AbortSignal } = {}): Promise<Res> {
+export async function call (url: string, opts: {
+  method?: string
+  headers?: Record<string, string>
+  json?: unknown
+  raw?: string | Buffer
+  signal?: AbortSignal
+} = {}): Promise<Res> {
   const t0 = performance.now()
   const headers: Record<string, string> = { ...opts.headers }
   let body: string | Buffer | undefined = opts.raw
@@ -40,7 +46,10 @@ export async function eventually<T> (fn: () => Promise<T>, timeoutMs = 10_000, e
   return last
 }
 
-/** A duration in an answer's Server-Timing (`admit`, `inproc`, `answer` from the lane; `gateway`), ms; NaN when absent. */
+/**
+ * A duration in an answer's Server-Timing (`admit`, `inproc`, `answer` from the
+ * lane; `gateway`), ms; NaN when absent.
+ */
 export function timing (r: Res, name: string): number {
   return serverTiming(r.headers['server-timing'], name) ?? NaN
 }

@@ -5,7 +5,10 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { MIGRATIONS_DIR } from '../../shared/db/migrate.ts'
 
-/** The CREATE FUNCTION of `schema.fn` in migration `number`'s Up section (e.g. '0009'), renamed `schema.fn_<number>`. */
+/**
+ * The CREATE FUNCTION of `schema.fn` in migration `number`'s Up section (e.g.
+ * '0009'), renamed `schema.fn_<number>`.
+ */
 export function functionAsOf (number: string, qualifiedName: string): { name: string, sql: string } {
   const file = fs.readdirSync(MIGRATIONS_DIR).find(f => f.startsWith(`${number}_`) && f.endsWith('.sql'))
   if (!file) throw new Error(`no migration ${number}_*.sql in ${MIGRATIONS_DIR}`)

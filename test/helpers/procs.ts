@@ -66,7 +66,9 @@ export function compiled (script: string): string {
  * `script` is a source .ts of the fleet (run compiled, as npm start runs it) or a
  * compiled .js, relative to the repo or absolute; `args` follow it.
  */
-export async function startProcess (t: Test, name: string, script: string, env: Record<string, string>, opts: { timeoutMs?: number, args?: string[] } = {}): Promise<Proc> {
+export async function startProcess (
+  t: Test, name: string, script: string, env: Record<string, string>, opts: { timeoutMs?: number, args?: string[] } = {}
+): Promise<Proc> {
   // As every launcher of the fleet starts it (shared/idle-trim.ts).
   const node = ['--expose-gc', compiled(script)]
   // A gateway's warm-up (gateway/warm-up.ts) would send its lanes authorizations
@@ -198,7 +200,15 @@ export async function fleetPorts (avoid = new Set<number>()) {
   // The gateway's next port too: npm start with GATEWAY_REPLICAS=2 puts the second gateway there.
   const gateway = await freePorts(2, avoid)
   avoid.add(gateway).add(gateway + 1)
-  const ports = { GATEWAY_PORT: gateway, TAX_SANDBOX_PORT: await one(), CARD_AUTH_PORT: await one(), FRAUD_PORT: await one(), TAX_PORT: await one(), DECK_PORT: await one(), WORKER_PORT: await freePorts(2, avoid) }
+  const ports = {
+    GATEWAY_PORT: gateway,
+    TAX_SANDBOX_PORT: await one(),
+    CARD_AUTH_PORT: await one(),
+    FRAUD_PORT: await one(),
+    TAX_PORT: await one(),
+    DECK_PORT: await one(),
+    WORKER_PORT: await freePorts(2, avoid),
+  }
   avoid.add(ports.WORKER_PORT).add(ports.WORKER_PORT + 1)
   return { ports, env: Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])) }
 }

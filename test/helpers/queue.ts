@@ -4,11 +4,15 @@ import type { Test } from 'tap'
 import type { TestDb } from './db.ts'
 import { startProcess, type Proc } from './procs.ts'
 
-export async function createQueue (db: TestDb, name: string, maxWorkers: number | null, zombieTimeoutSeconds = 60): Promise<void> {
+export async function createQueue (
+  db: TestDb, name: string, maxWorkers: number | null, zombieTimeoutSeconds = 60
+): Promise<void> {
   await db.query('insert into jobs.queues (name, max_workers, zombie_timeout_seconds) values ($1, $2, $3)', [name, maxWorkers, zombieTimeoutSeconds])
 }
 
-export async function enqueueMany (db: TestDb, queue: string, type: string, n: number, payload: Record<string, unknown> = {}, maxAttempts = 5): Promise<void> {
+export async function enqueueMany (
+  db: TestDb, queue: string, type: string, n: number, payload: Record<string, unknown> = {}, maxAttempts = 5
+): Promise<void> {
   await db.query('select jobs.enqueue($1, $2, $3, 0, 0, $5) from generate_series(1, $4)', [queue, type, payload, n, maxAttempts])
 }
 

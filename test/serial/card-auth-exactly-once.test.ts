@@ -34,7 +34,7 @@ async function invariants (t: Test, db: TestDb, card: string, start: number): Pr
   t.equal(acct!.held, sums!.holds, `${card}: held equals the sum of holds`)
   t.equal(sums!.approved, sums!.holds, `${card}: approved amounts equal hold amounts`)
   t.equal(sums!.n_approved, sums!.n_holds, `${card}: one hold per approval`)
-  const orphans = await db.query('select h.id from card_auth.holds h left join card_auth.authorizations a on a.id = h.authorization_id where a.id is null or a.status <> \'approved\'')
+  const orphans = await db.query("select h.id from card_auth.holds h left join card_auth.authorizations a on a.id = h.authorization_id where a.id is null or a.status <> 'approved'")
   t.equal(orphans.length, 0, 'no hold without its approved authorization')
 }
 

@@ -139,7 +139,8 @@ t.test('the tax tile shows the provider breaker\'s state as it changes', async t
   await page.waitForSelector(`${line}:is([data-state="open"], [data-state="half_open"])`, { timeout: 20_000 })
   t.match(await page.innerText(line), /^tax-provider breaker (open|half-open) for \d+ s/, 'open (or probing) once the provider hangs')
   const answered = await Promise.all(quotes)
-  // This fleet has no certificate: the breaker changes when the table answers, never whether an uncertified one may (ADV-UC-01).
+  // This fleet has no certificate: the breaker changes when the table answers,
+  // never whether an uncertified one may (ADV-UC-01).
   t.ok(answered.every(r => r.status === 503 && r.body.code === 'ERR_UNTESTED_COMPENSATION_REJECTED'), `the quotes were refused as uncertified, never given a rate (${JSON.stringify(answered.map(r => [r.status, r.body.source ?? r.body.code]))})`)
   await fleet.setFaults({ mode: 'normal' })
   await page.waitForSelector(`${line}[data-state="closed"]`, { timeout: 20_000 })

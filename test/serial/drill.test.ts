@@ -97,7 +97,8 @@ t.test('npm run drill (short): the functional criteria pass and the report is co
   t.match(r.ledger, { lost: 0, doubled: 0, phantom: 0 })
   t.equal(r.ledger.acknowledged, r.card.answers['201'])
   t.equal(r.connections.length, 5, 'all five roles counted')
-  t.ok(r.connections.every((c: { orphaned: number, total: number, limit: number }) => c.orphaned === 0 && c.total <= c.limit))
+  t.ok(r.connections.every((c: { orphaned: number, total: number, limit: number }) =>
+    c.orphaned === 0 && c.total <= c.limit))
   t.ok(r.rss.processes >= 8 && r.rss.beforeMb > 100 && r.rss.duringPeakMb > 100 && r.rss.afterMb > 100, `fleet RSS ${r.rss.beforeMb} / ${r.rss.duringPeakMb} / ${r.rss.afterMb} MB`)
 
   // Timelines: one point per second for the streams, 4/s from the deck for the lanes.

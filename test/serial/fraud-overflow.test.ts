@@ -103,7 +103,7 @@ t.test('a screening retried while its first attempt runs is told so at once, the
   // Its permit alone is not enough: the attempt takes its key's lock in its first
   // statement, so wait until its insert is queued behind the table lock.
   const blocked = async () => (await db.query(
-    'select 1 from pg_stat_activity where datname = current_database() and wait_event_type = \'Lock\' and query like \'insert into fraud.screenings%\'')).length === 1
+    "select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and query like 'insert into fraud.screenings%'")).length === 1
   t.ok(await eventually(blocked), 'the first attempt runs, its insert waiting on the lock')
   const retry = await screen(950, 'fr-inflight')
   t.equal(retry.status, 409, `the retry is answered at once (${retry.status} ${retry.body?.code})`)

@@ -64,7 +64,9 @@ t.test('npm start runs the supervisor compiled; SIGTERM to npm alone stops the w
   }, 120_000, 100)
   t.ok(warming, 'card-auth listens, warming, while its role is held')
   // Every other process alive: a supervisor that went by liveness would say "up" within its 200 ms poll.
-  const others = [ports.GATEWAY_PORT, ports.FRAUD_PORT, ports.TAX_PORT, ports.DECK_PORT, ports.WORKER_PORT, ports.WORKER_PORT + 1]
+  const others = [
+    ports.GATEWAY_PORT, ports.FRAUD_PORT, ports.TAX_PORT, ports.DECK_PORT, ports.WORKER_PORT, ports.WORKER_PORT + 1,
+  ]
   const alive = await eventually(async () => (await Promise.all(others.map(p => fetch(`http://127.0.0.1:${p}/health/live`).then(r => r.ok, () => false)))).every(Boolean) || undefined, 120_000, 100)
   t.ok(alive, 'every other process alive')
   const early = await eventually(async () => lines.some(l => l.includes('fleet is up')) || undefined, 3_000, 100)

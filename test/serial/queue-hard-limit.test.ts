@@ -99,7 +99,9 @@ t.test('at full speed too: batched claims of 2 worker processes and 3 library cl
        from jobs.jobs_archive where queue = 'burst'`)
   const spans = rows.map(r => [Number(r.s), Number(r.e)] as const)
   const settled = Math.max(...spans.filter(([s]) => s < Number(lowered)).map(([, e]) => e))
-  const window = spans.filter(([s, e]) => e > settled && s < Number(raised)).map(([s, e]) => [Math.max(s, settled), Math.min(e, Number(raised))] as const)
+  const window = spans
+    .filter(([s, e]) => e > settled && s < Number(raised))
+    .map(([s, e]) => [Math.max(s, settled), Math.min(e, Number(raised))] as const)
   t.ok(window.length > 0, `jobs ran at MaxWorkers 4 (${window.length})`)
   t.ok(overlap(window) <= 4, `never more than 4 at once once the limit was 4 (${overlap(window)})`)
   t.same(await counts(db, 'burst'), { hot: 0, archive: N, dead: 0 }, 'every job archived once, none left')

@@ -32,13 +32,18 @@ t.test('no lane exceeds its permits, queue or pool; no role exceeds its limit', 
   await locker.query('begin')
   await locker.query("select * from card_auth.card_accounts where token = 'tok_quota_1' for update")
 
-  const max = { card: { active: 0, queue: 0, pool: 0 }, tax: { active: 0, queue: 0, pool: 0 }, roles: {} as Record<string, number> }
+  type Peak = { active: number, queue: number, pool: number }
+  const none = (): Peak => ({ active: 0, queue: 0, pool: 0 })
+  const max = { card: none(), tax: none(), roles: {} as Record<string, number> }
+  const peak = (m: Peak, s: { active: number, queue: { depth: number }, pool: { total: number } }): Peak => ({
+    active: Math.max(m.active, s.active), queue: Math.max(m.queue, s.queue.depth), pool: Math.max(m.pool, s.pool.total),
+  })
   let sampling = true
   const sampler = (async () => {
     while (sampling) {
       const [c, x, roles] = await Promise.all([fleet.status('card-auth'), fleet.status('tax'), db.connectionsByRole()])
-      max.card = { active: Math.max(max.card.active, c.active), queue: Math.max(max.card.queue, c.queue.depth), pool: Math.max(max.card.pool, c.pool.total) }
-      max.tax = { active: Math.max(max.tax.active, x.active), queue: Math.max(max.tax.queue, x.queue.depth), pool: Math.max(max.tax.pool, x.pool.total) }
+      max.card = peak(max.card, c)
+      max.tax = peak(max.tax, x)
       for (const [r, n] of Object.entries(roles)) max.roles[r] = Math.max(max.roles[r] ?? 0, n)
       await sleep(20)
     }

@@ -72,7 +72,7 @@ t.test('killed with SIGKILL ten times: every child is gone within 35 s each time
         ? await eventually(async () => lines.some(l => l.includes('fleet is up')), 120_000, 50)
         : await eventually(async () => descendants(sup.pid!).length > 0, 60_000, 20)
       t.ok(ready, `run ${run}: reached "${m.after}"${ready ? '' : `\n${lines.slice(-20).join('\n')}`}`)
-      if (m.ms) await new Promise(r => setTimeout(r, m.ms))
+      if (m.ms) await new Promise(resolve => setTimeout(resolve, m.ms))
       const kids = descendants(sup.pid!)
       sup.kill('SIGKILL')
       await exited

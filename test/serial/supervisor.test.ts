@@ -86,7 +86,8 @@ t.test('the fleet comes up with credentials, survives a killed lane, and stops c
   t.equal((await call(creds.deckUrl + '/admin/lanes')).status, 401, 'the deck is up and wants the token')
   const lanes = await eventually(async () => {
     const r = await call(creds.deckUrl + '/admin/lanes', { headers: { authorization: `Bearer ${creds.adminToken}` } })
-    return r.body.lanes?.every((l: { up: boolean }) => l.up) && r.body.processes?.every((p: { up: boolean }) => p.up) ? r.body : undefined
+    const up = (x: { up: boolean }) => x.up
+    return r.body.lanes?.every(up) && r.body.processes?.every(up) ? r.body : undefined
   }, 10_000, 200)
   t.ok(lanes, 'with the printed token, the deck sees every lane and process up')
 

@@ -129,7 +129,10 @@ t.test('kill -9 of the tax process fails only tax routes; the supervisor brings 
   t.ok(q.headers['retry-after'], 'with Retry-After')
   const cards = await Promise.all(Array.from({ length: 20 }, () => authorize()))
   t.ok(cards.every(r => r.status === 201), 'card-auth keeps answering while tax is down')
-  const back = await eventually(async () => { const r = await quote().catch(() => undefined); return r?.status === 200 ? r : undefined }, 20_000, 200)
+  const back = await eventually(async () => {
+    const r = await quote().catch(() => undefined)
+    return r?.status === 200 ? r : undefined
+  }, 20_000, 200)
   t.ok(back, 'tax answers again after the supervisor restarted it')
   t.not(tax.pid, pid, 'a new tax process')
   t.equal(tax.restarts, 1)

@@ -28,7 +28,8 @@ const env = { TAX_CERTIFICATE_FILE: certFile, TAX_BREAKER: 'off' }
 const db = await testDatabase(t, env)
 await db.query("insert into card_auth.card_accounts (token, currency, available) values ('tok_brown_1', 'EUR', 1000000000)")
 const fleet = await startFleet(t, db, { lanes: ['card-auth', 'tax'], env })
-fs.writeFileSync(certFile, JSON.stringify(await certify({ tableFile: DEFAULT_TABLE_FILE, providerUrl: fleet.sandbox.url })))
+const certificate = await certify({ tableFile: DEFAULT_TABLE_FILE, providerUrl: fleet.sandbox.url })
+fs.writeFileSync(certFile, JSON.stringify(certificate))
 await eventually(async () => (await call(fleet.lanes.tax!.url + '/compensation')).body.certified === true, 8_000, 100)
 const taxStatus = async () => (await call(fleet.lanes.tax!.url + '/status')).body
 const cardStatus = async () => (await call(fleet.lanes['card-auth']!.url + '/status')).body

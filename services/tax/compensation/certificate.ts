@@ -12,18 +12,32 @@ export interface Certificate {
   /** Relative tolerance, e.g. 0.005 for ±0.5%. */
   tolerance: number
   provider: string
-  results: Record<string, { ok: boolean, tableRate: number, providerRate: number | null, relativeDiff: number | null, error?: string }>
+  results: Record<string, {
+    ok: boolean, tableRate: number, providerRate: number | null, relativeDiff: number | null, error?: string
+  }>
 }
 
 export type Compensation =
   | { ok: true, rate: number, tableVersion: string }
   | { ok: false, why: 'no_rate' | 'not_certified', detail: string }
 
-export interface CompensationStatus { tableVersion?: string, tableChecksum?: string, certificateFor?: string, certifiedAt?: string, certified: boolean, detail: string }
-export interface CompensationSource { rateFor (jurisdiction: string, now?: Date): Compensation, status (): CompensationStatus }
+export interface CompensationStatus {
+  tableVersion?: string
+  tableChecksum?: string
+  certificateFor?: string
+  certifiedAt?: string
+  certified: boolean
+  detail: string
+}
+export interface CompensationSource {
+  rateFor (jurisdiction: string, now?: Date): Compensation
+  status (): CompensationStatus
+}
 
 /** Load table and certificate, re-reading them when either file changes (re-certify without a restart). */
-export function compensationSource (o: { tableFile: string, certificateFile: string, maxAgeMs: number, reloadMs?: number }): CompensationSource & { close (): void } {
+export function compensationSource (
+  o: { tableFile: string, certificateFile: string, maxAgeMs: number, reloadMs?: number }
+): CompensationSource & { close (): void } {
   let table: RateTable | undefined
   let cert: Certificate | undefined
   let problem = ''

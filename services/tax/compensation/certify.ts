@@ -41,13 +41,23 @@ export async function certify (o: { tableFile: string, providerUrl: string, now?
       const { res, body } = await askProvider(provider, j)
       if (res.statusCode !== 200 || typeof body.rate !== 'number') throw new Error(`provider answered ${res.statusCode}`)
       const providerRate = body.rate
-      const relativeDiff = providerRate === 0 ? (tableRate === 0 ? 0 : Infinity) : Math.abs(tableRate - providerRate) / providerRate
-      results[j] = { ok: relativeDiff <= TOLERANCE, tableRate, providerRate, relativeDiff: Number.isFinite(relativeDiff) ? Math.round(relativeDiff * 1e6) / 1e6 : null }
+      const relativeDiff = providerRate === 0
+        ? (tableRate === 0 ? 0 : Infinity)
+        : Math.abs(tableRate - providerRate) / providerRate
+      const rounded = Number.isFinite(relativeDiff) ? Math.round(relativeDiff * 1e6) / 1e6 : null
+      results[j] = { ok: relativeDiff <= TOLERANCE, tableRate, providerRate, relativeDiff: rounded }
     } catch (err) {
       results[j] = { ok: false, tableRate, providerRate: null, relativeDiff: null, error: (err as Error).message }
     }
   }
   await provider.close()
   // The checksum is recomputed, not copied: a table edited by hand certifies as what it is.
-  return { tableVersion: table.version, tableChecksum: tableChecksum(table), certifiedAt: (o.now ?? new Date()).toISOString(), tolerance: TOLERANCE, provider: o.providerUrl, results }
+  return {
+    tableVersion: table.version,
+    tableChecksum: tableChecksum(table),
+    certifiedAt: (o.now ?? new Date()).toISOString(),
+    tolerance: TOLERANCE,
+    provider: o.providerUrl,
+    results,
+  }
 }

@@ -8,7 +8,8 @@ import { treePath } from '../../../shared/tree.ts'
 export interface RateTable { version: string, source?: string, rates: Record<string, number>, checksum: string }
 
 export function tableChecksum (t: { version: string, rates: Record<string, number> }): string {
-  const canonical = JSON.stringify({ version: t.version, rates: Object.fromEntries(Object.keys(t.rates).sort().map(k => [k, t.rates[k]])) })
+  const rates = Object.fromEntries(Object.keys(t.rates).sort().map(k => [k, t.rates[k]]))
+  const canonical = JSON.stringify({ version: t.version, rates })
   return 'sha256:' + crypto.createHash('sha256').update(canonical).digest('hex')
 }
 

@@ -43,18 +43,22 @@ export function jobTypes (o: { log?: JobLog } = {}): JobType[] {
     held: () => breaker !== undefined && !breaker.closed,
     breakers: breaker ? [breaker] : [],
     async run (payload, ctx) {
-    // A worker that stops (or loses the job's lease) does not wait out the pace.
+      // A worker that stops (or loses the job's lease) does not wait out the pace.
       ctx.signal.throwIfAborted()
       await Promise.race([paced(), once(ctx.signal, 'abort')])
       ctx.signal.throwIfAborted()
       const db = ctx.db!
-      const { rows } = await db.query<{ jurisdiction: string, amount: string, currency: string, rate: string, tax: string, reconciled_at: Date | null }>(
+      const { rows } = await db.query<{
+        jurisdiction: string, amount: string, currency: string, rate: string, tax: string, reconciled_at: Date | null
+      }>(
         'select jurisdiction, amount, currency, rate, tax, reconciled_at from tax.quotes where id = $1', [payload.quoteId])
       const q = rows[0]
       if (!q) throw new FatalJobError(`quote ${String(payload.quoteId)} does not exist`)
       if (q.reconciled_at) return { already: true }
       try {
-        const ask = (signals: AbortSignal[]) => quoteFromProvider(provider, { jurisdiction: q.jurisdiction, amount: { value: Number(q.amount), currency: q.currency } }, { deadlineMs: 5_000, signals: [ctx.signal, ...signals] })
+        const body = { jurisdiction: q.jurisdiction, amount: { value: Number(q.amount), currency: q.currency } }
+        const ask = (signals: AbortSignal[]) =>
+          quoteFromProvider(provider, body, { deadlineMs: 5_000, signals: [ctx.signal, ...signals] })
         const p = breaker ? await breaker.call(opened => ask([opened])) : await ask([])
         const trueTax = Math.round(Number(q.amount) * p.rate)
         await db.query('update tax.quotes set reconciled_rate = $2, reconciled_tax = $3, reconciled_at = now() where id = $1 and reconciled_at is null', [payload.quoteId, p.rate, trueTax])
