@@ -16,13 +16,15 @@ import { fillAuthorizations } from './card-table.ts'
 import { cpuUs } from './proc-cpu.ts'
 import { gitCommit, machine, numberFlag, parseFlags } from './run-info.ts'
 
-const { values: a } = parseFlags({ options: {
-  sizes: { type: 'string', default: '1,4,8,16' },
-  authorizations: { type: 'string', default: '2000' },
-  rounds: { type: 'string', default: '3' },
-  baseline: { type: 'string' },
-  rows: { type: 'string', default: '200000' },
-} }, 'npm run bench -- authorize [--sizes 1,4,8,16] [--authorizations 2000] [--rounds 3] [--rows 200000] [--baseline 0009]')
+const { values: a } = parseFlags({
+  options: {
+    sizes: { type: 'string', default: '1,4,8,16' },
+    authorizations: { type: 'string', default: '2000' },
+    rounds: { type: 'string', default: '3' },
+    baseline: { type: 'string' },
+    rows: { type: 'string', default: '200000' },
+  }
+}, 'npm run bench -- authorize [--sizes 1,4,8,16] [--authorizations 2000] [--rounds 3] [--rows 200000] [--baseline 0009]')
 const sizes = String(a.sizes).split(',').map(Number)
 if (sizes.some(s => !Number.isInteger(s) || s < 1 || s > 500)) throw new Error('--sizes: batch sizes from 1 to 500')
 const perRun = numberFlag(a, 'authorizations', 10, 1_000_000)
@@ -31,7 +33,13 @@ const argv = process.argv.slice(2)
 const command = `npm run bench -- authorize${argv.length ? ' -- ' + argv.join(' ') : ''}`
 
 const dataDir = '.data/bench-authorize'
-const db = await bootstrapDatabase({ dataDir, port: 18391, database: 'bench', secrets: localSecrets(dataDir), log: m => console.error(m) })
+const db = await bootstrapDatabase({
+  dataDir,
+  port: 18391,
+  database: 'bench',
+  secrets: localSecrets(dataDir),
+  log: m => console.error(m),
+})
 const c = new pg.Client({ connectionString: db.superUrl })
 try {
   await c.connect()
@@ -56,7 +64,19 @@ try {
         seq++
         b.ids.push(crypto.randomUUID()); b.clients.push('bench'); b.keys.push(`authorize-bench-${process.pid}-${seq}`); b.cards.push(loadCardToken(seq * 37))
       }
-      const { rows } = await c.query({ ...q, values: [b.ids, b.clients, b.keys, b.ids.map(() => 'fp'), b.ids.map(() => 'm_bench'), b.cards, b.ids.map(() => 1), b.ids.map(() => 'EUR')] })
+      const { rows } = await c.query({
+        ...q,
+        values: [
+          b.ids,
+          b.clients,
+          b.keys,
+          b.ids.map(() => 'fp'),
+          b.ids.map(() => 'm_bench'),
+          b.cards,
+          b.ids.map(() => 1),
+          b.ids.map(() => 'EUR'),
+        ],
+      })
       if (rows.length !== size || rows.some(r => r.status !== 'approved')) throw new Error(`${fn}: not every authorization approved: ${JSON.stringify(rows[0])}`)
     }
     return (cpuUs(pid)! - before) / (calls * size)

@@ -14,14 +14,16 @@ import { Pool } from 'undici'
 import { startLocalFleet } from './local-fleet.ts'
 import { gatewayPost, gitCommit, machine, numberFlag, parseFlags, serverTiming } from './run-info.ts'
 
-const { values: a } = parseFlags({ options: {
-  'tax-burst': { type: 'string', default: '60' },
-  'fraud-burst': { type: 'string', default: '150' },
-  rounds: { type: 'string', default: '3' },
-  'provider-latency-ms': { type: 'string', default: '8000' },
-  'limit-ms': { type: 'string', default: '5' },
-  'base-port': { type: 'string', default: '18580' },
-} })
+const { values: a } = parseFlags({
+  options: {
+    'tax-burst': { type: 'string', default: '60' },
+    'fraud-burst': { type: 'string', default: '150' },
+    rounds: { type: 'string', default: '3' },
+    'provider-latency-ms': { type: 'string', default: '8000' },
+    'limit-ms': { type: 'string', default: '5' },
+    'base-port': { type: 'string', default: '18580' },
+  }
+})
 const taxBurst = numberFlag(a, 'tax-burst', 1, 1_000)
 const fraudBurst = numberFlag(a, 'fraud-burst', 1, 1_000)
 const rounds = numberFlag(a, 'rounds', 1, 100)
@@ -30,10 +32,21 @@ const limitMs = numberFlag(a, 'limit-ms', 0, 10_000)
 const argv = process.argv.slice(2).join(' ')
 const command = `npm run bench -- burst${argv ? ' -- ' + argv : ''}`
 
-const pct = (xs: number[], p: number): number => { const s = [...xs].sort((x, y) => x - y); return s.length ? s[Math.min(s.length - 1, Math.ceil(p * s.length) - 1)]! : NaN }
+const pct = (xs: number[], p: number): number => {
+  const s = [...xs].sort((x, y) => x - y)
+  return s.length ? s[Math.min(s.length - 1, Math.ceil(p * s.length) - 1)]! : NaN
+}
 const f = (x: number): string => Number.isFinite(x) ? x.toFixed(2) : '–'
 
-interface Shot { status: number, kind: string, clientMs: number, laneMs: number | null, admitMs: number | null, inprocMs: number | null, retryAfter?: string }
+interface Shot {
+  status: number
+  kind: string
+  clientMs: number
+  laneMs: number | null
+  admitMs: number | null
+  inprocMs: number | null
+  retryAfter?: string
+}
 
 const fleet = await startLocalFleet({ dataDir: '.data/bench-burst', basePort: numberFlag(a, 'base-port', 1_024, 60_000), env: { LOG_LEVEL: 'warn' } })
 const run = crypto.randomUUID().slice(0, 8)
@@ -43,7 +56,16 @@ const deck = new Pool(fleet.deckUrl, { connections: 2 })
 let failed = false
 try {
   const setLatency = async (ms: number): Promise<void> => {
-    const r = await deck.request({ method: 'PUT', path: '/admin/faults/tax', headers: { authorization: `Bearer ${fleet.adminToken}`, 'x-operator': 'bench-burst', 'content-type': 'application/json' }, body: JSON.stringify({ latencyMs: ms }) })
+    const r = await deck.request({
+      method: 'PUT',
+      path: '/admin/faults/tax',
+      headers: {
+        authorization: `Bearer ${fleet.adminToken}`,
+        'x-operator': 'bench-burst',
+        'content-type': 'application/json',
+      },
+      body: JSON.stringify({ latencyMs: ms }),
+    })
     await r.body.dump()
     if (r.statusCode !== 200) throw new Error(`deck: ${r.statusCode}`)
   }
@@ -54,10 +76,27 @@ try {
     const clientMs = performance.now() - t0
     const comp = r.headers['x-tax-compensation'] as string | undefined
     const kind = comp ? `${r.statusCode} compensated (${comp})` : json.code ? `${r.statusCode} ${json.code}` : json.mode ? `${r.statusCode} ${json.mode}` : String(r.statusCode)
-    return { status: r.statusCode, kind, clientMs, laneMs: serverTiming(r.headers['server-timing'], 'answer'), admitMs: serverTiming(r.headers['server-timing'], 'admit'), inprocMs: serverTiming(r.headers['server-timing'], 'inproc'), retryAfter: r.headers['retry-after'] as string | undefined }
+    return {
+      status: r.statusCode,
+      kind,
+      clientMs,
+      laneMs: serverTiming(r.headers['server-timing'], 'answer'),
+      admitMs: serverTiming(r.headers['server-timing'], 'admit'),
+      inprocMs: serverTiming(r.headers['server-timing'], 'inproc'),
+      retryAfter: r.headers['retry-after'] as string | undefined,
+    }
   }
-  const taxBody = (i: number) => ({ jurisdiction: ['US-CA', 'US-NY', 'DE', 'FR', 'GB'][i % 5], amount: { value: 10_000 + i, currency: 'EUR' } })
-  const fraudBody = (i: number) => ({ cardToken: `tok_burst_${i % 11}`, merchantId: 'm_burst', amount: { value: 1_000 + i, currency: 'EUR' }, ipCountry: 'DE', billingCountry: i % 3 ? 'DE' : 'FR' })
+  const taxBody = (i: number) => ({
+    jurisdiction: ['US-CA', 'US-NY', 'DE', 'FR', 'GB'][i % 5],
+    amount: { value: 10_000 + i, currency: 'EUR' },
+  })
+  const fraudBody = (i: number) => ({
+    cardToken: `tok_burst_${i % 11}`,
+    merchantId: 'm_burst',
+    amount: { value: 1_000 + i, currency: 'EUR' },
+    ipCountry: 'DE',
+    billingCountry: i % 3 ? 'DE' : 'FR',
+  })
 
   // Warm-up: every client connection opened, the gateway's upstream pools and the
   // lanes' code paths exercised at normal provider latency.
@@ -80,7 +119,10 @@ try {
     fraudRounds.push(await Promise.all(Array.from({ length: fraudBurst }, (_, i) => shoot('/v1/fraud/screenings', fraudBody(i), `burst-${run}-f-${r}-${i}`))))
   }
 
-  const kinds = (shots: Shot[]): string => Object.entries(shots.reduce<Record<string, number>>((m, s) => { m[s.kind] = (m[s.kind] ?? 0) + 1; return m }, {})).map(([k, v]) => `${v} × ${k}`).join(', ')
+  const kinds = (shots: Shot[]): string => {
+    const counts = shots.reduce<Record<string, number>>((m, s) => { m[s.kind] = (m[s.kind] ?? 0) + 1; return m }, {})
+    return Object.entries(counts).map(([k, v]) => `${v} × ${k}`).join(', ')
+  }
   lines.push(`| burst | round | answers | shed answers: in the lane p50 / p99 / max (ms) | its decision max (ms) | in the lane before the decision p50 / max (ms) | as the client saw them p50 / max (ms) | shed answers over ${limitMs} ms in the lane |`)
   lines.push('|---|---|---|---|---|---|---|---|')
   taxRounds.forEach((shots, r) => {

@@ -11,7 +11,13 @@ import { runOpenLoop, summary } from './open-loop.ts'
 import { pinSelf, startLocalFleet } from './local-fleet.ts'
 import { gatewayPost, parseFlags } from './run-info.ts'
 
-const { values: a } = parseFlags({ options: { seconds: { type: 'string', default: '10' }, steps: { type: 'string', default: '200,400,600,800,1000,1200' }, peak: { type: 'string', default: '1400' } } })
+const { values: a } = parseFlags({
+  options: {
+    seconds: { type: 'string', default: '10' },
+    steps: { type: 'string', default: '200,400,600,800,1000,1200' },
+    peak: { type: 'string', default: '1400' },
+  }
+})
 const seconds = Number(a.seconds)
 const steps = a.steps!.split(',').map(Number)
 const peak = Number(a.peak)
@@ -28,7 +34,11 @@ try {
   let n = 0
   const send = async (): Promise<number> => {
     const i = ++n
-    const r = await gatewayPost(gw, fleet.apiKey, '/v1/authorizations', `cab-${process.pid}-${i}`, { merchantId: 'm_bench', cardToken: loadCardToken(i), amount: { value: 1, currency: 'EUR' } })
+    const r = await gatewayPost(gw, fleet.apiKey, '/v1/authorizations', `cab-${process.pid}-${i}`, {
+      merchantId: 'm_bench',
+      cardToken: loadCardToken(i),
+      amount: { value: 1, currency: 'EUR' },
+    })
     if (r.statusCode === 201) { await r.body.dump(); return 201 }
     const code = ((await r.body.json().catch(() => ({}))) as { code?: string }).code
     codes[code ?? String(r.statusCode)] = (codes[code ?? String(r.statusCode)] ?? 0) + 1
@@ -51,7 +61,7 @@ try {
     console.log(rows[rows.length - 1])
     // A step that fails badly: the higher ones will only fail harder.
     if (!holds && okShare < 0.5) stepsDone = true
-    await new Promise(res => setTimeout(res, 2_000))
+    await new Promise(resolve => setTimeout(resolve, 2_000))
   }
   console.log(`\n${command}`)
   console.log(`${new Date().toISOString()}, ${os.cpus().length} x ${os.cpus()[0]?.model ?? 'cpu'}, node ${process.version}; fleet (gateway, lanes, PostgreSQL) pinned to cpu 0, generator to cpu 1: ${fleet.pinned !== undefined && pinned}`)

@@ -24,16 +24,18 @@ import { hasTaskset, pinSelf, startLocalFleet } from './local-fleet.ts'
 import { cpuByPid, cpuDeltaByLabel, cpuUs, fleetProcesses } from './proc-cpu.ts'
 import { gatewayPost, gitCommit, machine, numberFlag, parseFlags, sleep } from './run-info.ts'
 
-const { values: a } = parseFlags({ options: {
-  rates: { type: 'string', default: '200,700,1400' },
-  seconds: { type: 'string', default: '15' },
-  'fleet-cpus': { type: 'string' },
-  'generator-cpus': { type: 'string' },
-  'base-port': { type: 'string', default: '18480' },
-  rows: { type: 'string', default: '200000' },
-  redis: { type: 'boolean', default: false },
-  rounds: { type: 'string', default: '2' },
-} })
+const { values: a } = parseFlags({
+  options: {
+    rates: { type: 'string', default: '200,700,1400' },
+    seconds: { type: 'string', default: '15' },
+    'fleet-cpus': { type: 'string' },
+    'generator-cpus': { type: 'string' },
+    'base-port': { type: 'string', default: '18480' },
+    rows: { type: 'string', default: '200000' },
+    redis: { type: 'boolean', default: false },
+    rounds: { type: 'string', default: '2' },
+  }
+})
 const rates = a.rates!.split(',').map(Number)
 const seconds = numberFlag(a, 'seconds', 1, 3_600)
 const rounds = numberFlag(a, 'rounds', 1, 20)
@@ -72,7 +74,13 @@ try {
   console.log(tableNote)
 
   interface Target { name: string, url: string, gateway: string, extra: string[], pool: Pool }
-  const targets: Target[] = [{ name: 'memory', url: fleet.gatewayUrl, gateway: 'gateway', extra: [], pool: new Pool(fleet.gatewayUrl, { connections: 256 }) }]
+  const targets: Target[] = [{
+    name: 'memory',
+    url: fleet.gatewayUrl,
+    gateway: 'gateway',
+    extra: [],
+    pool: new Pool(fleet.gatewayUrl, { connections: 256 }),
+  }]
   const names: Record<number, string> = {}
   if (a.redis) {
     const redisPort = basePort + 20
@@ -84,8 +92,16 @@ try {
     const gw = spawn(process.execPath, [path.resolve('dist/services/main.js'), 'gateway'], {
       stdio: 'ignore',
       env: {
-        ...process.env, LOG_LEVEL: 'warn', GATEWAY_PORT: String(basePort + 21), GATEWAY_HOST: '127.0.0.1', API_KEYS_FILE: path.join(dataDir, 'api-keys.json'),
-        CARD_AUTH_URL: fleet.laneUrls['card-auth'], FRAUD_URL: fleet.laneUrls.fraud, TAX_URL: fleet.laneUrls.tax, REDIS_URL: `redis://127.0.0.1:${redisPort}`, GATEWAY_REPLICAS: '2',
+        ...process.env,
+        LOG_LEVEL: 'warn',
+        GATEWAY_PORT: String(basePort + 21),
+        GATEWAY_HOST: '127.0.0.1',
+        API_KEYS_FILE: path.join(dataDir, 'api-keys.json'),
+        CARD_AUTH_URL: fleet.laneUrls['card-auth'],
+        FRAUD_URL: fleet.laneUrls.fraud,
+        TAX_URL: fleet.laneUrls.tax,
+        REDIS_URL: `redis://127.0.0.1:${redisPort}`,
+        GATEWAY_REPLICAS: '2',
       },
     })
     extra.push(gw)
@@ -110,16 +126,39 @@ try {
   let n = 0
   const sender = (t: Target) => async (): Promise<number> => {
     const i = ++n
-    const r = await gatewayPost(t.pool, fleet.apiKey, '/v1/authorizations', `cost-${process.pid}-${i}`, { merchantId: 'm_cost', cardToken: loadCardToken(i), amount: { value: 1, currency: 'EUR' } })
+    const r = await gatewayPost(t.pool, fleet.apiKey, '/v1/authorizations', `cost-${process.pid}-${i}`, {
+      merchantId: 'm_cost',
+      cardToken: loadCardToken(i),
+      amount: { value: 1, currency: 'EUR' },
+    })
     await r.body.dump()
     return r.statusCode
   }
-  for (const t of targets) await runOpenLoop({ rate: Math.min(...rates), durationMs: 3_000, send: sender(t) }) // warm-up (JIT, pools)
+  // warm-up (JIT, pools)
+  for (const t of targets) await runOpenLoop({ rate: Math.min(...rates), durationMs: 3_000, send: sender(t) })
 
-  interface Run { alone: number, served: number, scheduled: number, ok: number, sentRate: number, cpu: Map<string, number>, sys: Map<string, number>, generator: number, walBytes: number, walFpi: number, commits: number, p50: number, p99: number }
+  interface Run {
+    alone: number
+    served: number
+    scheduled: number
+    ok: number
+    sentRate: number
+    cpu: Map<string, number>
+    sys: Map<string, number>
+    generator: number
+    walBytes: number
+    walFpi: number
+    commits: number
+    p50: number
+    p99: number
+  }
   const runs = new Map<string, Run[]>()
   const columns: Array<{ key: string, rate: number, target: Target }> = []
-  for (const rate of rates) for (const t of targets) columns.push({ key: targets.length > 1 ? `${rate}/s ${t.name}` : `${rate}/s`, rate, target: t })
+  for (const rate of rates) {
+    for (const t of targets) {
+      columns.push({ key: targets.length > 1 ? `${rate}/s ${t.name}` : `${rate}/s`, rate, target: t })
+    }
+  }
   for (const rate of rates) {
     for (let round = 0; round < (a.redis ? rounds : 1); round++) {
       for (const t of targets) {
@@ -140,9 +179,19 @@ try {
         const wal1 = await walNow(db)
         const s = summary(r.histogram)
         const run: Run = {
-          alone, served: r.completed, scheduled: r.scheduled, ok: r.statuses['201'] ?? 0, sentRate: r.sentRate,
-          cpu: cpuDeltaByLabel(procs, before, after), sys: cpuDeltaByLabel(procs, sys0, sys1), generator: gen1 - gen0,
-          walBytes: wal1.bytes - wal0.bytes, walFpi: wal1.fpi - wal0.fpi, commits: wal1.commits - wal0.commits, p50: s.p50Ms, p99: s.p99Ms,
+          alone,
+          served: r.completed,
+          scheduled: r.scheduled,
+          ok: r.statuses['201'] ?? 0,
+          sentRate: r.sentRate,
+          cpu: cpuDeltaByLabel(procs, before, after),
+          sys: cpuDeltaByLabel(procs, sys0, sys1),
+          generator: gen1 - gen0,
+          walBytes: wal1.bytes - wal0.bytes,
+          walFpi: wal1.fpi - wal0.fpi,
+          commits: wal1.commits - wal0.commits,
+          p50: s.p50Ms,
+          p99: s.p99Ms,
         }
         const key = targets.length > 1 ? `${rate}/s ${t.name}` : `${rate}/s`
         runs.set(key, [...(runs.get(key) ?? []), run])
@@ -155,13 +204,22 @@ try {
   await db.end()
 
   // Each column: its rounds summed, then per answer.
-  const per = (key: string, f: (r: Run) => number): number => { const rs = runs.get(key)!; return rs.reduce((x, r) => x + f(r), 0) / rs.reduce((x, r) => x + r.served, 0) }
-  const cpuOf = (key: string, label: string, part: 'cpu' | 'sys' = 'cpu'): number | undefined => runs.get(key)!.some(r => r[part].has(label)) ? per(key, r => r[part].get(label) ?? 0) : undefined
-  const e2eOf = (c: typeof columns[number]): number => endToEnd(c.target).reduce((x, l) => x + (cpuOf(c.key, l) ?? 0), 0)
+  const per = (key: string, f: (r: Run) => number): number => {
+    const rs = runs.get(key)!
+    return rs.reduce((x, r) => x + f(r), 0) / rs.reduce((x, r) => x + r.served, 0)
+  }
+  const cpuOf = (key: string, label: string, part: 'cpu' | 'sys' = 'cpu'): number | undefined =>
+    runs.get(key)!.some(r => r[part].has(label)) ? per(key, r => r[part].get(label) ?? 0) : undefined
+  const e2eOf = (c: typeof columns[number]): number =>
+    endToEnd(c.target).reduce((x, l) => x + (cpuOf(c.key, l) ?? 0), 0)
   const last = columns.at(-1)!
-  const labels = [...new Set([...runs.values()].flat().flatMap(r => [...r.cpu.keys()]))].sort((x, y) => (cpuOf(last.key, y) ?? 0) - (cpuOf(last.key, x) ?? 0))
+  const labels = [...new Set([...runs.values()].flat().flatMap(r => [...r.cpu.keys()]))]
+    .sort((x, y) => (cpuOf(last.key, y) ?? 0) - (cpuOf(last.key, x) ?? 0))
   const cell = (v: number | undefined): string => v === undefined ? '—' : v.toFixed(0)
-  const mean = (key: string, f: (r: Run) => number): number => { const rs = runs.get(key)!; return rs.reduce((x, r) => x + f(r), 0) / rs.length }
+  const mean = (key: string, f: (r: Run) => number): number => {
+    const rs = runs.get(key)!
+    return rs.reduce((x, r) => x + f(r), 0) / rs.length
+  }
   console.log(`\n${command}`)
   console.log(`${new Date().toISOString()}, commit ${gitCommit()}, ${machine({ kernel: true })}; fleet cpus ${fleet.pinned ?? 'all'}, generator cpus ${a['generator-cpus'] ?? 'all'}`)
   console.log(`POST /v1/authorizations through the gateway, open loop; CPU from /proc/<pid>/stat (utime+stime) over each run, divided by the answers${a.redis ? `; memory and redis alternated, ${rounds} rounds of ${seconds} s each, summed` : ''}; ${tableNote}.\n`)

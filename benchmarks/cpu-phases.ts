@@ -37,7 +37,8 @@ export interface CpuPhase {
 function machineNow (): CpuMark['machine'] {
   const lines = fs.readFileSync('/proc/stat', 'utf8').split('\n')
   const f = lines[0]!.trim().split(/\s+/).slice(1).map(Number)
-  const [user, nice, system, idle, iowait, irq, softirq, steal] = f as [number, number, number, number, number, number, number, number]
+  const [user, nice, system, idle, iowait, irq, softirq, steal] =
+    f as [number, number, number, number, number, number, number, number]
   return {
     busy: (user + nice + system + irq + softirq) * TICK_US,
     irq: (irq + softirq) * TICK_US,
@@ -86,7 +87,8 @@ export function cpuBetween (a: CpuMark, b: CpuMark): CpuPhase {
 /** Rows for a table, phases as columns: the labels using ≥ 0.01 core in some phase, busiest in `sortBy` first. */
 export function cpuRows (phases: Record<string, CpuPhase>, sortBy: string): Array<Array<string | number>> {
   const names = Object.keys(phases)
-  const labels = new Set(names.flatMap(n => Object.entries(phases[n]!.fleet).filter(([, v]) => v >= 0.01).map(([k]) => k)))
+  const labels = new Set(names.flatMap(n =>
+    Object.entries(phases[n]!.fleet).filter(([, v]) => v >= 0.01).map(([k]) => k)))
   const at = (n: string, k: string): number => phases[n]!.fleet[k] ?? 0
   const sorted = [...labels].sort((x, y) => at(sortBy, y) - at(sortBy, x))
   const f = (x: number): string => x.toFixed(2)

@@ -69,7 +69,8 @@ async function decisions (count: number, fair: boolean) {
   held.push(await b.acquire(undefined, name(count)))
   const wait = (who: string): void => { void b.acquire(undefined, who).then(p => { held.push(p) }, () => {}) }
   for (let i = 0; i < 10; i++) wait(name(i))
-  // An arrival of a merchant holding one and waiting for one: refused (no one has more to give up), or queue_full for FIFO.
+  // An arrival of a merchant holding one and waiting for one: refused (no one
+  // has more to give up), or queue_full for FIFO.
   const fullNs = await timeOp(100_000, () => b.acquire(undefined, name(0)).then(() => {}, () => {}))
   // A permit released goes to a waiter (whose permit joins the held ones), and a new waiter takes its place.
   let i = 0
@@ -97,10 +98,17 @@ async function decisionBench (): Promise<string[]> {
 
 // ---- the fleet ---------------------------------------------------------------
 
-interface Phase { quiet: OpenLoopResult, hot?: OpenLoopResult, quietCodes: Record<string, number>, hotCodes: Record<string, number> }
+interface Phase {
+  quiet: OpenLoopResult, hot?: OpenLoopResult, quietCodes: Record<string, number>, hotCodes: Record<string, number>
+}
 
 async function fleetRun (fairBy: 'off' | 'merchant', round: number): Promise<{ alone: Phase, beside: Phase }> {
-  const fleet = await startLocalFleet({ dataDir: `.data/bench-fairness-${fairBy}`, basePort: fairBy === 'off' ? 18380 : 18400, cpus: a.cpus === 'none' ? undefined : a.cpus, env: { CARD_AUTH_FAIR_BY: fairBy } })
+  const fleet = await startLocalFleet({
+    dataDir: `.data/bench-fairness-${fairBy}`,
+    basePort: fairBy === 'off' ? 18380 : 18400,
+    cpus: a.cpus === 'none' ? undefined : a.cpus,
+    env: { CARD_AUTH_FAIR_BY: fairBy },
+  })
   try {
     const db = new pg.Client({ connectionString: fleet.databaseUrl })
     await db.connect()
@@ -108,9 +116,15 @@ async function fleetRun (fairBy: 'off' | 'merchant', round: number): Promise<{ a
     await db.end()
     const gw = new Pool(fleet.gatewayUrl, { connections: 1024 })
     let n = 0
-    const sender = (merchant: (i: number) => string, codes: Record<string, number>, cards = 1_000) => async (i: number): Promise<number> => {
+    const sender = (
+      merchant: (i: number) => string, codes: Record<string, number>, cards = 1_000
+    ) => async (i: number): Promise<number> => {
       const k = ++n
-      const r = await gatewayPost(gw, fleet.apiKey, '/v1/authorizations', `fair-${fairBy}-${process.pid}-${round}-${k}`, { merchantId: merchant(i), cardToken: loadCardToken(cards < 1_000 ? 1 + (i % cards) : k), amount: { value: 1, currency: 'EUR' } })
+      const r = await gatewayPost(gw, fleet.apiKey, '/v1/authorizations', `fair-${fairBy}-${process.pid}-${round}-${k}`, {
+        merchantId: merchant(i),
+        cardToken: loadCardToken(cards < 1_000 ? 1 + (i % cards) : k),
+        amount: { value: 1, currency: 'EUR' },
+      })
       if (r.statusCode === 201) { await r.body.dump(); return 201 }
       // Who refused, and whether for a fair share: the lane's own policy, or the gateway's cap.
       const p = (await r.body.json().catch(() => ({}))) as { code?: string, 'violated-policies'?: string[], fairShare?: unknown }
@@ -121,11 +135,19 @@ async function fleetRun (fairBy: 'off' | 'merchant', round: number): Promise<{ a
     const quietMerchant = (i: number): string => `m_quiet_${String(i % QUIET).padStart(2, '0')}`
     await runOpenLoop({ rate: QUIET * quietRate, durationMs: 3_000, send: sender(quietMerchant, {}) }) // warm-up
     const alone: Phase = { quiet: undefined!, quietCodes: {}, hotCodes: {} }
-    alone.quiet = await runOpenLoop({ rate: QUIET * quietRate, durationMs: seconds * 1000, send: sender(quietMerchant, alone.quietCodes) })
+    alone.quiet = await runOpenLoop({
+      rate: QUIET * quietRate,
+      durationMs: seconds * 1000,
+      send: sender(quietMerchant, alone.quietCodes),
+    })
     await sleep(2_000)
     const beside: Phase = { quiet: undefined!, quietCodes: {}, hotCodes: {} }
     const [q, h] = await Promise.all([
-      runOpenLoop({ rate: QUIET * quietRate, durationMs: seconds * 1000, send: sender(quietMerchant, beside.quietCodes) }),
+      runOpenLoop({
+        rate: QUIET * quietRate,
+        durationMs: seconds * 1000,
+        send: sender(quietMerchant, beside.quietCodes),
+      }),
       runOpenLoop({ rate: hotRate, durationMs: seconds * 1000, send: sender(() => 'm_flash', beside.hotCodes, hotCards) }),
     ])
     beside.quiet = q
@@ -149,22 +171,24 @@ const fleetRows: string[] = []
 const throughput: Record<string, number[]> = { FIFO: [], fair: [] }
 if (a.only !== 'decisions') {
   if (a.cpus === '0') pinSelf('1')
-  for (let round = 1; round <= rounds; round++) for (const fairBy of ['off', 'merchant'] as const) {
-    const { alone, beside } = await fleetRun(fairBy, round)
-    const mode = fairBy === 'off' ? 'FIFO' : 'fair'
-    const r = rounds > 1 ? ` (round ${round})` : ''
-    fleetRows.push(row(`${mode}${r}: quiet merchants alone`, alone.quiet, alone.quietCodes))
-    fleetRows.push(row(`${mode}${r}: quiet merchants beside the hot one`, beside.quiet, beside.quietCodes))
-    fleetRows.push(row(`${mode}${r}: the hot merchant`, beside.hot!, beside.hotCodes))
-    throughput[mode]!.push(((beside.quiet.statuses['201'] ?? 0) + (beside.hot!.statuses['201'] ?? 0)) / seconds)
-    console.log(fleetRows.slice(-3).join('\n'))
+  for (let round = 1; round <= rounds; round++) {
+    for (const fairBy of ['off', 'merchant'] as const) {
+      const { alone, beside } = await fleetRun(fairBy, round)
+      const mode = fairBy === 'off' ? 'FIFO' : 'fair'
+      const r = rounds > 1 ? ` (round ${round})` : ''
+      fleetRows.push(row(`${mode}${r}: quiet merchants alone`, alone.quiet, alone.quietCodes))
+      fleetRows.push(row(`${mode}${r}: quiet merchants beside the hot one`, beside.quiet, beside.quietCodes))
+      fleetRows.push(row(`${mode}${r}: the hot merchant`, beside.hot!, beside.hotCodes))
+      throughput[mode]!.push(((beside.quiet.statuses['201'] ?? 0) + (beside.hot!.statuses['201'] ?? 0)) / seconds)
+      console.log(fleetRows.slice(-3).join('\n'))
+    }
   }
 }
 
 console.log(`\n${command}`)
 console.log(`${new Date().toISOString()}, commit ${gitCommit()}, ${machine()}; load ${os.loadavg()[0]!.toFixed(2)}`)
 if (decisionRows.length) {
-  console.log(`\nThe bulkhead alone (shared/bulkhead.ts), µs per decision, one process:\n`)
+  console.log('\nThe bulkhead alone (shared/bulkhead.ts), µs per decision, one process:\n')
   console.log('| bulkhead | a free permit taken and released | an arrival at a full queue | a released permit handed to a waiter |\n|---|---|---|---|')
   for (const r of decisionRows) console.log(r)
 }

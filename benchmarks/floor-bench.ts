@@ -29,12 +29,14 @@ import { newHistogram, runOpenLoop, summary } from './open-loop.ts'
 import { gitCommit, machine, numberFlag, parseFlags, serverTiming } from './run-info.ts'
 
 const usage = 'npm run bench:floor -- [--rates 30,150] [--seconds 15] [--burst 45] [--rounds 5]'
-const { values: a } = parseFlags({ options: {
-  rates: { type: 'string', default: '30,150' },
-  seconds: { type: 'string', default: '15' },
-  burst: { type: 'string', default: '45' },
-  rounds: { type: 'string', default: '5' },
-} }, usage)
+const { values: a } = parseFlags({
+  options: {
+    rates: { type: 'string', default: '30,150' },
+    seconds: { type: 'string', default: '15' },
+    burst: { type: 'string', default: '45' },
+    rounds: { type: 'string', default: '5' },
+  }
+}, usage)
 const rates = String(a.rates).split(',').map(Number)
 if (rates.some(r => !(r >= 1 && r <= 5_000))) { console.error(`--rates: request rates from 1 to 5000 per second\n${usage}`); process.exit(2) }
 const seconds = numberFlag(a, 'seconds', 1, 600)
@@ -45,15 +47,21 @@ const command = `npm run bench:floor${argv.length ? ' -- ' + argv.join(' ') : ''
 const here = path.dirname(fileURLToPath(import.meta.url))
 const LIMIT_MS = 5
 
-interface Row { path: string, rate: number, count: number, p50: number, p99: number, max: number, over: number, note?: string }
+interface Row {
+  path: string, rate: number, count: number, p50: number, p99: number, max: number, over: number, note?: string
+}
 
-/** A C client paced at `rate`: to a C server of its own (the machine alone), or to `port`; null without a C compiler. */
+/**
+ * A C client paced at `rate`: to a C server of its own (the machine alone), or
+ * to `port`; null without a C compiler.
+ */
 function cClient (name: string, rate: number, port?: number): Row | null {
   const bin = path.join(os.tmpdir(), `wt-floor-pingpong-${process.pid}`)
   try {
     if (!fs.existsSync(bin)) execFileSync('cc', ['-O2', '-o', bin, path.join(here, 'floor', 'pingpong.c')], { stdio: 'ignore' })
   } catch { return null }
-  const r = JSON.parse(execFileSync(bin, [String(rate), String(seconds), ...(port ? [String(port)] : [])], { encoding: 'utf8' })) as { count: number, p50: number, p99: number, max: number, over5: number, errors: number }
+  const out = execFileSync(bin, [String(rate), String(seconds), ...(port ? [String(port)] : [])], { encoding: 'utf8' })
+  const r = JSON.parse(out) as { count: number, p50: number, p99: number, max: number, over5: number, errors: number }
   if (r.errors > 0) throw new Error(`${name}: ${r.errors} answers other than 200`)
   return { path: name, rate, count: r.count, p50: r.p50, p99: r.p99, max: r.max, over: r.over5 }
 }
@@ -69,7 +77,12 @@ async function server (...args: string[]): Promise<number> {
   return Number(line.split(' ')[1])
 }
 
-const post = (pool: Pool, key: string) => pool.request({ method: 'POST', path: '/v1/tax/quotes', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: JSON.stringify({ jurisdiction: 'DE', amount: { value: 10_000, currency: 'EUR' } }) })
+const post = (pool: Pool, key: string) => pool.request({
+  method: 'POST',
+  path: '/v1/tax/quotes',
+  headers: { 'content-type': 'application/json', 'idempotency-key': key },
+  body: JSON.stringify({ jurisdiction: 'DE', amount: { value: 10_000, currency: 'EUR' } }),
+})
 
 async function paced (name: string, port: number, rate: number): Promise<Row> {
   const pool = new Pool(`http://127.0.0.1:${port}`, { connections: 64 })
@@ -78,7 +91,8 @@ async function paced (name: string, port: number, rate: number): Promise<Row> {
     for (let i = 0; i < 200; i++) await (await post(pool, `${run}-warm-${i}`)).body.dump()
     let over = 0
     const r = await runOpenLoop({
-      rate, durationMs: seconds * 1000,
+      rate,
+      durationMs: seconds * 1000,
       async send (i) { const res = await post(pool, `${run}-${i}`); await res.body.dump(); return res.statusCode },
       onResult (_i, _at, us) { if (us >= LIMIT_MS * 1000) over++ },
     })
@@ -89,7 +103,13 @@ async function paced (name: string, port: number, rate: number): Promise<Row> {
 }
 
 const dataDir = '.data/bench-floor'
-const db = await bootstrapDatabase({ dataDir, port: 18_991, database: 'bench_floor', secrets: localSecrets(dataDir), log: m => console.error(m) })
+const db = await bootstrapDatabase({
+  dataDir,
+  port: 18_991,
+  database: 'bench_floor',
+  secrets: localSecrets(dataDir),
+  log: m => console.error(m),
+})
 try {
   const c = new pg.Client({ connectionString: db.superUrl })
   await c.connect()
@@ -123,7 +143,11 @@ try {
       return { lane: serverTiming(r.headers['server-timing'], 'upstream') ?? NaN, client: performance.now() - t0 }
     }
     // The same histograms and percentiles as the paced rows (open-loop.ts).
-    const ms = (xs: number[]) => { const h = newHistogram(); for (const x of xs) h.recordValue(Math.max(1, Math.round(x * 1000))); return summary(h) }
+    const ms = (xs: number[]) => {
+      const h = newHistogram()
+      for (const x of xs) h.recordValue(Math.max(1, Math.round(x * 1000)))
+      return summary(h)
+    }
     for (let r = -3; r < rounds; r++) {
       const shots = await Promise.all(Array.from({ length: burst }, (_, i) => shoot(`${process.pid}-burst-${r}-${i}`)))
       if (r < 0) continue // warm-up: connections opened, code optimized

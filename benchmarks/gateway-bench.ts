@@ -8,7 +8,13 @@ import { runOpenLoop, summary, newHistogram } from './open-loop.ts'
 import { pinSelf, startLocalFleet } from './local-fleet.ts'
 import { parseFlags } from './run-info.ts'
 
-const { values: a } = parseFlags({ options: { rate: { type: 'string', default: '200' }, seconds: { type: 'string', default: '10' }, rounds: { type: 'string', default: '2' } } })
+const { values: a } = parseFlags({
+  options: {
+    rate: { type: 'string', default: '200' },
+    seconds: { type: 'string', default: '10' },
+    rounds: { type: 'string', default: '2' },
+  }
+})
 const rate = Number(a.rate); const seconds = Number(a.seconds); const rounds = Number(a.rounds)
 const command = `npm run bench -- gateway --rate ${rate} --seconds ${seconds} --rounds ${rounds}`
 

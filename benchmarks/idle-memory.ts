@@ -17,13 +17,15 @@ import { runOpenLoop } from './open-loop.ts'
 import { cpuUs, fleetProcesses } from './proc-cpu.ts'
 import { gatewayPost, gitCommit, machine, numberFlag, parseFlags, sleep } from './run-info.ts'
 
-const { values: a } = parseFlags({ options: {
-  'idle-seconds': { type: 'string', default: '30' },
-  'base-port': { type: 'string', default: '18780' },
-  'limit-mb': { type: 'string', default: '600' },
-  'load-seconds': { type: 'string', default: '0' },
-  'load-rate': { type: 'string', default: '300' },
-} })
+const { values: a } = parseFlags({
+  options: {
+    'idle-seconds': { type: 'string', default: '30' },
+    'base-port': { type: 'string', default: '18780' },
+    'limit-mb': { type: 'string', default: '600' },
+    'load-seconds': { type: 'string', default: '0' },
+    'load-rate': { type: 'string', default: '300' },
+  }
+})
 const loadS = numberFlag(a, 'load-seconds', 0, 3_600)
 const loadRate = numberFlag(a, 'load-rate', 1, 10_000)
 const idleS = numberFlag(a, 'idle-seconds', 0, 3_600)
@@ -31,7 +33,10 @@ const limitMb = numberFlag(a, 'limit-mb', 1, 1_000_000)
 const argv = process.argv.slice(2).join(' ')
 const command = `${process.env.FLEET_NODE_ARGS ? `FLEET_NODE_ARGS='${process.env.FLEET_NODE_ARGS}' ` : ''}npm run bench -- memory${argv ? ' -- ' + argv : ''}`
 
-/** RSS and its private part from /proc/<pid>/status; PSS (shared pages divided among the processes that map them) from smaps_rollup. */
+/**
+ * RSS and its private part from /proc/<pid>/status; PSS (shared pages divided
+ * among the processes that map them) from smaps_rollup.
+ */
 function memKb (pid: number): { rss: number, anon: number, pss: number } {
   try {
     const s = fs.readFileSync(`/proc/${pid}/status`, 'utf8')
@@ -57,7 +62,11 @@ try {
       durationMs: loadS * 1000,
       send: async () => {
         const i = ++n
-        const res = await gatewayPost(gw, fleet.apiKey, '/v1/authorizations', `mem-${process.pid}-${i}`, { merchantId: 'm_mem', cardToken: loadCardToken(i), amount: { value: 1, currency: 'EUR' } })
+        const res = await gatewayPost(gw, fleet.apiKey, '/v1/authorizations', `mem-${process.pid}-${i}`, {
+          merchantId: 'm_mem',
+          cardToken: loadCardToken(i),
+          amount: { value: 1, currency: 'EUR' },
+        })
         await res.body.dump()
         return res.statusCode
       },
@@ -77,7 +86,9 @@ try {
   const procs = await fleetProcesses(fleet.pid, db)
   await db.end()
   const cpuMsPerS = (pid: number): number => Math.max(0, (cpuUs(pid) ?? 0) - (cpu0.get(pid) ?? 0)) / 1000 / idleSeconds
-  const rows = [...procs].map(([pid, label]) => ({ pid, label, ...memKb(pid), cpu: cpuMsPerS(pid) })).filter(r => r.rss > 0)
+  const rows = [...procs]
+    .map(([pid, label]) => ({ pid, label, ...memKb(pid), cpu: cpuMsPerS(pid) }))
+    .filter(r => r.rss > 0)
   const node = rows.filter(r => !r.label.startsWith('pg:'))
   const pgRows = rows.filter(r => r.label.startsWith('pg:'))
   const mb = (kb: number): string => (kb / 1024).toFixed(1)

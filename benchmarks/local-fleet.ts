@@ -32,11 +32,30 @@ export interface LocalFleet {
 
 export const hasTaskset = (): boolean => spawnSync('taskset', ['-V']).status === 0
 
-export async function startLocalFleet (opts: { dataDir: string, basePort: number, cpus?: string, env?: Record<string, string> }): Promise<LocalFleet> {
+export async function startLocalFleet (
+  opts: { dataDir: string, basePort: number, cpus?: string, env?: Record<string, string> }
+): Promise<LocalFleet> {
   const b = opts.basePort
-  const ports = { PG_PORT: b + 9, GATEWAY_PORT: b, CARD_AUTH_PORT: b + 1, FRAUD_PORT: b + 2, TAX_PORT: b + 3, TAX_SANDBOX_PORT: b + 5, DECK_PORT: b + 6, WORKER_PORT: b + 7 }
+  const ports = {
+    PG_PORT: b + 9,
+    GATEWAY_PORT: b,
+    CARD_AUTH_PORT: b + 1,
+    FRAUD_PORT: b + 2,
+    TAX_PORT: b + 3,
+    TAX_SANDBOX_PORT: b + 5,
+    DECK_PORT: b + 6,
+    WORKER_PORT: b + 7,
+  }
   // GATEWAY_SERVER_TIMING: the drill and the benchmarks read shed answers' timings.
-  const env = { ...process.env, DATA_DIR: opts.dataDir, QUIET: 'true', LOG_LEVEL: 'warn', GATEWAY_SERVER_TIMING: 'on', ...Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])), ...opts.env }
+  const env = {
+    ...process.env,
+    DATA_DIR: opts.dataDir,
+    QUIET: 'true',
+    LOG_LEVEL: 'warn',
+    GATEWAY_SERVER_TIMING: 'on',
+    ...Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])),
+    ...opts.env,
+  }
   const pin = opts.cpus && hasTaskset() ? opts.cpus : undefined
   const root = path.resolve(import.meta.dirname, '..')
   // An IPC channel, so the supervisor drains and stops the fleet if this process dies without stopping it.

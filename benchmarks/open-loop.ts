@@ -43,7 +43,10 @@ export interface OpenLoopResult {
   sentRate: number
   /** Worst lag of a send behind its schedule (ms). */
   maxSendLagMs: number
-  /** Lag of the sends behind their schedule (ms): the generator's own share of every latency (its max: maxSendLagMs). */
+  /**
+   * Lag of the sends behind their schedule (ms): the generator's own share of
+   * every latency (its max: maxSendLagMs).
+   */
   sendLag: { p50Ms: number, p99Ms: number }
   perSecond: Array<{ second: number, count: number, p99Ms: number, errors: number }>
 }
@@ -93,7 +96,8 @@ export async function runOpenLoop (o: OpenLoopOptions): Promise<OpenLoopResult> 
       p.then(() => inflight.delete(p), (err: unknown) => { inflight.delete(p); failure ??= { err } })
       i++
     }
-    await new Promise(r => setTimeout(r, Math.max(0, Math.min(1, start + i * interval - performance.now()))))
+    const wait = Math.max(0, Math.min(1, start + i * interval - performance.now()))
+    await new Promise(resolve => setTimeout(resolve, wait))
   }
   const sentAt = performance.now()
   await Promise.all(inflight)
@@ -108,10 +112,20 @@ export async function runOpenLoop (o: OpenLoopOptions): Promise<OpenLoopResult> 
     sentRate: i / ((sentAt - start) / 1000),
     maxSendLagMs: lag.maxMs,
     sendLag: { p50Ms: lag.p50Ms, p99Ms: lag.p99Ms },
-    perSecond: [...seconds.entries()].sort((a, b) => a[0] - b[0]).map(([second, s]) => ({ second, count: s.count, p99Ms: s.h.getValueAtPercentile(99) / 1000, errors: s.errors })),
+    perSecond: [...seconds.entries()].sort((a, b) => a[0] - b[0]).map(([second, s]) => ({
+      second,
+      count: s.count,
+      p99Ms: s.h.getValueAtPercentile(99) / 1000,
+      errors: s.errors,
+    })),
   }
 }
 
 export function summary (h: hdr.Histogram): { p50Ms: number, p99Ms: number, maxMs: number, count: number } {
-  return { p50Ms: h.getValueAtPercentile(50) / 1000, p99Ms: h.getValueAtPercentile(99) / 1000, maxMs: h.maxValue / 1000, count: h.totalCount }
+  return {
+    p50Ms: h.getValueAtPercentile(50) / 1000,
+    p99Ms: h.getValueAtPercentile(99) / 1000,
+    maxMs: h.maxValue / 1000,
+    count: h.totalCount,
+  }
 }

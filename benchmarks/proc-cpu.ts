@@ -32,14 +32,17 @@ function cmdline (pid: number): string {
  * (`node dist/services/main.js <name>`), a PostgreSQL backend by its role
  * (`pg:<role>`), PostgreSQL's own processes `pg:server`, anything else by its command.
  */
-export async function fleetProcesses (root: number, db: pg.Client, names: Record<number, string> = {}): Promise<Map<number, string>> {
+export async function fleetProcesses (
+  root: number, db: pg.Client, names: Record<number, string> = {}
+): Promise<Map<number, string>> {
   const { rows } = await db.query<{ pid: number, usename: string | null, backend_type: string }>('select pid, usename, backend_type from pg_stat_activity')
   const role = new Map(rows.map(r => [r.pid, r.usename ? `pg:${r.usename.replace(/^t[0-9a-f]{8}_/, '')}` : 'pg:server']))
   const out = new Map<number, string>()
   for (const pid of [root, ...descendants(root)]) {
     const cmd = cmdline(pid)
     const m = /services\/main\.js (\S+)/.exec(cmd)
-    const label = names[pid] ?? (role.get(pid) ?? (m ? m[1]! : /postgres/.test(cmd) ? 'pg:server' : /supervisor/.test(cmd) ? 'supervisor' : cmd.split(' ').slice(0, 2).join(' ')))
+    const label = names[pid] ?? (role.get(pid) ??
+      (m ? m[1]! : /postgres/.test(cmd) ? 'pg:server' : /supervisor/.test(cmd) ? 'supervisor' : cmd.split(' ').slice(0, 2).join(' ')))
     out.set(pid, label)
   }
   // A child's worker is named after its queues.
@@ -61,7 +64,9 @@ export function cpuByPid (procs: Map<number, string>, part: 'all' | 'system' = '
  * processes seen in both, so a backend that exits in between (its time then
  * lost, a few ms at most) cannot make a label's figure negative.
  */
-export function cpuDeltaByLabel (procs: Map<number, string>, before: Map<number, number>, after: Map<number, number>): Map<string, number> {
+export function cpuDeltaByLabel (
+  procs: Map<number, string>, before: Map<number, number>, after: Map<number, number>
+): Map<string, number> {
   const out = new Map<string, number>()
   for (const [pid, label] of procs) {
     const b = before.get(pid)

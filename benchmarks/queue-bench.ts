@@ -45,10 +45,16 @@ const { values: a } = parseFlags({
   },
 })
 const o = {
-  rounds: numberFlag(a, 'rounds', 1, 20), jobs: numberFlag(a, 'jobs', 100, 1_000_000), singleJobs: numberFlag(a, 'single-jobs', 10, 1_000_000),
-  limit: numberFlag(a, 'limit', 1, 1_000), claimers: numberFlag(a, 'claimers', 1, 64), claimerSlots: a.batch !== undefined ? numberFlag(a, 'batch', 1, 10_000) : numberFlag(a, 'claimer-slots', 1, 10_000),
-  workerSlots: numberFlag(a, 'worker-slots', 1, 1_000), latency: { jobs: numberFlag(a, 'latency-jobs', 10, 100_000), rate: numberFlag(a, 'latency-rate', 1, 100_000) },
-  capMs: numberFlag(a, 'cap-s', 1, 3_600) * 1000, pairs: numberFlag(a, 'pairs', 1, 20),
+  rounds: numberFlag(a, 'rounds', 1, 20),
+  jobs: numberFlag(a, 'jobs', 100, 1_000_000),
+  singleJobs: numberFlag(a, 'single-jobs', 10, 1_000_000),
+  limit: numberFlag(a, 'limit', 1, 1_000),
+  claimers: numberFlag(a, 'claimers', 1, 64),
+  claimerSlots: a.batch !== undefined ? numberFlag(a, 'batch', 1, 10_000) : numberFlag(a, 'claimer-slots', 1, 10_000),
+  workerSlots: numberFlag(a, 'worker-slots', 1, 1_000),
+  latency: { jobs: numberFlag(a, 'latency-jobs', 10, 100_000), rate: numberFlag(a, 'latency-rate', 1, 100_000) },
+  capMs: numberFlag(a, 'cap-s', 1, 3_600) * 1000,
+  pairs: numberFlag(a, 'pairs', 1, 20),
 }
 const argv = process.argv.slice(2)
 const command = `npm run bench -- queue${argv.length ? ' -- ' + argv.join(' ') : ''}`
@@ -71,7 +77,7 @@ if (a.peers) {
   const p = { ...o, superUrl: db.superUrl, log }
   subjects.push(
     { name: 'graphile-worker 0.18', mode: `concurrentJobs 24, maxPoolSize 25, localQueue 500, completeJobBatchDelay 0; limit: ${o.limit} named queues, jobs round robin (a named queue runs one job at a time)`, run: () => graphileWorker(p) },
-    { name: 'pg-boss 12', mode: `LISTEN/NOTIFY, batchSize 500, burstWhenBatchFull, localConcurrency 2; limit: groupConcurrency ${o.limit}, every job in one group, batchSize ${o.limit}`, run: () => pgBoss(p) },
+    { name: 'pg-boss 12', mode: `LISTEN/NOTIFY, batchSize 500, burstWhenBatchFull, localConcurrency 2; limit: groupConcurrency ${o.limit}, every job in one group, batchSize ${o.limit}`, run: () => pgBoss(p) }
   )
 }
 
@@ -98,7 +104,8 @@ const fmt = (xs: Array<number | undefined>, digits = 0): string => {
   const v = xs.filter((x): x is number => x !== undefined && Number.isFinite(x))
   if (v.length === 0) return '—'
   const lo = Math.min(...v); const hi = Math.max(...v)
-  const f = (x: number): string => x.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits })
+  const f = (x: number): string =>
+    x.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits })
   return f(lo) === f(hi) ? f(lo) : `${f(lo)}–${f(hi)}`
 }
 let commit = gitCommit()
@@ -111,7 +118,9 @@ console.log('|---|---|---|---|---|---|---|---|---|')
 for (const s of subjects) {
   const r = results.get(s.name)
   if (!r) continue
-  const cost = r.map(f => f.limited !== undefined && f.unlimitedEqual !== undefined ? 100 * (1 - f.limited / f.unlimitedEqual) : undefined)
+  const cost = r.map(f => f.limited !== undefined && f.unlimitedEqual !== undefined
+    ? 100 * (1 - f.limited / f.unlimitedEqual)
+    : undefined)
   const left = Math.max(0, ...r.map(f => f.limitedLeft ?? 0))
   console.log(`| ${s.name} | ${fmt(r.map(f => f.enqueueSingle))} | ${fmt(r.map(f => f.enqueueBulk))} | ${fmt(r.map(f => f.unlimited))} | ${fmt(r.map(f => f.limited))}${left ? ` (cap hit: ${left} left)` : ''} | ${fmt(r.map(f => f.unlimitedEqual))} | ${cost.some(c => c !== undefined) ? fmt(cost, 1) + '%' : '—'} | ${fmt(r.map(f => f.p50Ms), 1)} / ${fmt(r.map(f => f.p99Ms), 1)} | ${fmt(r.map(f => f.maxActive))} |`)
 }

@@ -29,7 +29,11 @@ if (!bench) {
   out.write(`${name ? `no benchmark named "${name}"` : 'name a benchmark'}: npm run bench -- <name> [flags]\n${list}\n`)
   process.exit(name ? 2 : 0)
 }
-const child = spawn(process.execPath, [...(bench.node ?? []), '--import', 'tsx', path.join(import.meta.dirname, bench.file), ...flags], { stdio: 'inherit' })
+const child = spawn(
+  process.execPath,
+  [...(bench.node ?? []), '--import', 'tsx', path.join(import.meta.dirname, bench.file), ...flags],
+  { stdio: 'inherit' }
+)
 // Ctrl-C reaches the child through the terminal's process group; a signal sent
 // to this process alone (a process manager, a test) is passed on.
 for (const sig of ['SIGTERM', 'SIGHUP']) process.on(sig, () => child.kill(sig))

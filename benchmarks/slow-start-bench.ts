@@ -34,15 +34,17 @@ import { gatewayPost, gitCommit, machine, numberFlag, parseFlags, sleep } from '
 
 const execFileP = promisify(execFile)
 
-const { values: a } = parseFlags({ options: {
-  target: { type: 'string', default: 'both' },
-  'local-rate': { type: 'string', default: '1400' },
-  'compose-rate': { type: 'string', default: '200' },
-  seconds: { type: 'string', default: '30' },
-  'base-port': { type: 'string', default: '18680' },
-  // Diagnosis: how long the fleet idles between up and the load.
-  'idle-ms': { type: 'string', default: '0' },
-} }, 'usage: npm run bench -- slow-start [--target local|compose|both] [--local-rate N] [--compose-rate N] [--seconds N] [--idle-ms N]')
+const { values: a } = parseFlags({
+  options: {
+    target: { type: 'string', default: 'both' },
+    'local-rate': { type: 'string', default: '1400' },
+    'compose-rate': { type: 'string', default: '200' },
+    seconds: { type: 'string', default: '30' },
+    'base-port': { type: 'string', default: '18680' },
+    // Diagnosis: how long the fleet idles between up and the load.
+    'idle-ms': { type: 'string', default: '0' },
+  }
+}, 'usage: npm run bench -- slow-start [--target local|compose|both] [--local-rate N] [--compose-rate N] [--seconds N] [--idle-ms N]')
 if (!['local', 'compose', 'both'].includes(a.target!)) { console.error('--target must be local, compose or both'); process.exit(2) }
 const seconds = numberFlag(a, 'seconds', 20, 600)
 const localRate = numberFlag(a, 'local-rate', 1, 10_000)
@@ -56,7 +58,12 @@ class Answers {
   readonly us: number[] = []
   readonly status: string[] = []
   t0 = performance.now()
-  add (scheduledAt: number, latencyUs: number, status: string): void { this.at.push(scheduledAt - this.t0); this.us.push(latencyUs); this.status.push(status) }
+  add (scheduledAt: number, latencyUs: number, status: string): void {
+    this.at.push(scheduledAt - this.t0)
+    this.us.push(latencyUs)
+    this.status.push(status)
+  }
+
   /** The answers scheduled in [fromMs, toMs) of the run. */
   window (name: string, fromMs: number, toMs: number): Window {
     const h: hdr.Histogram = newHistogram()
@@ -66,12 +73,23 @@ class Answers {
       h.recordValue(this.us[i]!)
       statuses[this.status[i]!] = (statuses[this.status[i]!] ?? 0) + 1
     }
-    return { name, fromMs, toMs, n: h.totalCount, p50Ms: h.getValueAtPercentile(50) / 1000, p99Ms: h.getValueAtPercentile(99) / 1000, statuses }
+    return {
+      name,
+      fromMs,
+      toMs,
+      n: h.totalCount,
+      p50Ms: h.getValueAtPercentile(50) / 1000,
+      p99Ms: h.getValueAtPercentile(99) / 1000,
+      statuses,
+    }
   }
 }
-interface Window { name: string, fromMs: number, toMs: number, n: number, p50Ms: number, p99Ms: number, statuses: Record<string, number> }
+interface Window {
+  name: string, fromMs: number, toMs: number, n: number, p50Ms: number, p99Ms: number, statuses: Record<string, number>
+}
 
-const count429 = (w: Window): number => Object.entries(w.statuses).filter(([k]) => k.startsWith('429')).reduce((n, [, v]) => n + v, 0)
+const count429 = (w: Window): number =>
+  Object.entries(w.statuses).filter(([k]) => k.startsWith('429')).reduce((n, [, v]) => n + v, 0)
 const share429 = (w: Window): number => count429(w) / Math.max(1, w.n)
 const row = (w: Window): string => `| ${w.name} | ${(w.fromMs / 1000).toFixed(1)}–${(w.toMs / 1000).toFixed(1)} s | ${w.n} | ${w.p50Ms.toFixed(1)} | ${w.p99Ms.toFixed(1)} | ${(share429(w) * 100).toFixed(2)}% | ${JSON.stringify(w.statuses)} |`
 function verdict (fresh: Window, steady: Window): string {
@@ -81,13 +99,23 @@ function verdict (fresh: Window, steady: Window): string {
 }
 
 /** Card authorizations at `rate` through `gatewayUrl` for `ms`, every answer kept; `during` runs beside it. */
-async function load (gatewayUrl: string, apiKey: string, rate: number, ms: number, during: (answers: Answers) => Promise<void> = async () => {}): Promise<Answers> {
+async function load (
+  gatewayUrl: string,
+  apiKey: string,
+  rate: number,
+  ms: number,
+  during: (answers: Answers) => Promise<void> = async () => {}
+): Promise<Answers> {
   const gw = new Pool(gatewayUrl, { connections: 256 })
   const answers = new Answers()
   // A refusal is counted by its status and code (a lane's 429 and the gateway's look alike otherwise).
   const codes = new Map<number, string>()
   const send = async (i: number): Promise<number> => {
-    const r = await gatewayPost(gw, apiKey, '/v1/authorizations', `slow-${process.pid}-${Date.now()}-${i}`, { merchantId: 'm_slow_start', cardToken: loadCardToken(i + 1), amount: { value: 1, currency: 'EUR' } })
+    const r = await gatewayPost(gw, apiKey, '/v1/authorizations', `slow-${process.pid}-${Date.now()}-${i}`, {
+      merchantId: 'm_slow_start',
+      cardToken: loadCardToken(i + 1),
+      amount: { value: 1, currency: 'EUR' },
+    })
     if (r.statusCode === 201) { await r.body.dump(); return 201 }
     const code = ((await r.body.json().catch(() => ({}))) as { code?: string }).code
     if (code) codes.set(i, code)
@@ -95,7 +123,15 @@ async function load (gatewayUrl: string, apiKey: string, rate: number, ms: numbe
   }
   try {
     answers.t0 = performance.now()
-    const run = runOpenLoop({ rate, durationMs: ms, send, onResult: (i, at, us, status) => { answers.add(at, us, codes.has(i) ? `${status} ${codes.get(i)!}` : status); codes.delete(i) } })
+    const run = runOpenLoop({
+      rate,
+      durationMs: ms,
+      send,
+      onResult: (i, at, us, status) => {
+        answers.add(at, us, codes.has(i) ? `${status} ${codes.get(i)!}` : status)
+        codes.delete(i)
+      },
+    })
     await during(answers)
     await run
     return answers
@@ -112,7 +148,10 @@ async function load (gatewayUrl: string, apiKey: string, rate: number, ms: numbe
  * steady CPU in the first 5 s, on the same two cores as the fleet.
  */
 async function warmGenerator (rate: number): Promise<void> {
-  const server = http.createServer((req, res) => { req.resume(); req.on('end', () => { res.writeHead(201, { 'content-type': 'application/json' }).end('{"id":"warm","status":"approved"}') }) })
+  const server = http.createServer((req, res) => {
+    req.resume()
+    req.on('end', () => { res.writeHead(201, { 'content-type': 'application/json' }).end('{"id":"warm","status":"approved"}') })
+  })
   await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
   try {
     await load(`http://127.0.0.1:${(server.address() as AddressInfo).port}`, 'warm', rate, 3_000)
@@ -151,14 +190,20 @@ async function local (): Promise<string[]> {
     await db.end()
     const fresh = r.window('first 5 s', 0, 5_000)
     const steady = r.window('steady', (seconds - 15) * 1000, seconds * 1000)
-    const labels = [...new Set(cpu.flatMap(m => [...m.keys()]))].filter(l => cpu.some(m => (m.get(l) ?? 0) >= 50_000)).sort()
+    const labels = [...new Set(cpu.flatMap(m => [...m.keys()]))]
+      .filter(l => cpu.some(m => (m.get(l) ?? 0) >= 50_000))
+      .sort()
     const share = (m: Map<string, number>, l: string, ms: number): string => ((m.get(l) ?? 0) / 1000 / ms).toFixed(2)
     return [
       `### npm start: the fleet up in ${(upMs / 1000).toFixed(0)} s, then ${localRate} authorizations/s at once`, '',
       '| window | scheduled | answers | p50 ms | p99 ms | 429 | statuses |', '|---|---|---|---|---|---|---|',
-      row(fresh), ...[0, 1, 2, 3, 4].map(k => row(r.window(`  second ${k + 1}`, k * 1000, (k + 1) * 1000))), row(r.window('5–10 s', 5_000, 10_000)), row(steady), '', verdict(fresh, steady), '',
+      row(fresh),
+      ...[0, 1, 2, 3, 4].map(k => row(r.window(`  second ${k + 1}`, k * 1000, (k + 1) * 1000))),
+      row(r.window('5–10 s', 5_000, 10_000)),
+      row(steady), '',
+      verdict(fresh, steady), '',
       'CPU (cores busy, from /proc/<pid>/stat; PostgreSQL backends by role):', '',
-      `| process | first 5 s | steady |`, '|---|---|---|',
+      '| process | first 5 s | steady |', '|---|---|---|',
       ...labels.map(l => `| ${l} | ${share(cpu[0]!, l, 5_000)} | ${share(cpu[1]!, l, 15_000)} |`), '',
     ]
   } finally {
@@ -194,10 +239,19 @@ async function compose (): Promise<string[]> {
   const apiKey = createKey(path.join(dir, 'keys/api-keys.json'), 'slow-start')
   const override = path.join(dir, 'override.yml')
   fs.writeFileSync(override, `services:\n  gateway:\n    volumes: ["${path.join(dir, 'keys')}:/run/watertight/keys:ro"]\n`)
-  const o: StackOptions = { project: `wt-slow-start-${process.pid}`, gatewayPort: basePort + 10, deckPort: basePort + 11, overrides: [override], log: say }
+  const o: StackOptions = {
+    project: `wt-slow-start-${process.pid}`,
+    gatewayPort: basePort + 10,
+    deckPort: basePort + 11,
+    overrides: [override],
+    log: say,
+  }
   await ensureEngine(say)
   const s = stackOf(await composeCommand(), o)
-  const remove = async (): Promise<void> => { await down(s, { volumes: true }).catch(err => say(`down failed: ${(err as Error).message}`)); fs.rmSync(dir, { recursive: true, force: true }) }
+  const remove = async (): Promise<void> => {
+    await down(s, { volumes: true }).catch(err => say(`down failed: ${(err as Error).message}`))
+    fs.rmSync(dir, { recursive: true, force: true })
+  }
   const onSignal = (): void => { void remove().finally(() => process.exit(130)) }
   process.once('SIGINT', onSignal)
   process.once('SIGTERM', onSignal)
@@ -246,12 +300,19 @@ async function compose (): Promise<string[]> {
       `### Compose: card-auth scaled from 1 to 2 under ${composeRate} authorizations/s`, '',
       `Scale-out at ${(scaledAt / 1000).toFixed(1)} s; the gateway counted the new replica ready at ${(readyAt / 1000).toFixed(1)} s.`, '',
       '| window | scheduled | answers | p50 ms | p99 ms | 429 | statuses |', '|---|---|---|---|---|---|---|',
-      row(r.window('cold: the stack\'s first 5 s', 0, 5_000)), row(steadyBefore), row(r.window('while the new replica starts', scaledAt, readyAt)), row(fresh), row(steadyAfter), '',
+      row(r.window('cold: the stack\'s first 5 s', 0, 5_000)),
+      row(steadyBefore),
+      row(r.window('while the new replica starts', scaledAt, readyAt)),
+      row(fresh),
+      row(steadyAfter), '',
       verdict(fresh, steadyBefore), '', verdict(fresh, steadyAfter), '',
       'CPU by container (cores busy, from /proc/<pid>/stat of its processes):', '',
       '| container | steady, one replica | new replica\'s first 5 s | steady, two replicas |', '|---|---|---|---|',
       ...[...cpuAt.at(-1)!.keys()].sort().map(name => {
-        const busy = (a: number, b: number, ms: number): string => { const d = (cpuAt[b]?.get(name) ?? NaN) - (cpuAt[a]?.get(name) ?? NaN); return Number.isFinite(d) ? (d / 1000 / ms).toFixed(2) : '–' }
+        const busy = (a: number, b: number, ms: number): string => {
+          const d = (cpuAt[b]?.get(name) ?? NaN) - (cpuAt[a]?.get(name) ?? NaN)
+          return Number.isFinite(d) ? (d / 1000 / ms).toFixed(2) : '–'
+        }
         return `| ${name} | ${busy(0, 1, 15_000)} | ${busy(2, 3, 5_000)} | ${busy(4, 5, 10_000)} |`
       }), '',
     ]

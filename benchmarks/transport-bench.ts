@@ -15,11 +15,13 @@ import { hasTaskset, pinSelf } from './local-fleet.ts'
 import { cpuUs } from './proc-cpu.ts'
 import { gitCommit, machine, numberFlag, parseFlags, sleep } from './run-info.ts'
 
-const { values: a } = parseFlags({ options: {
-  rate: { type: 'string', default: '1400' },
-  seconds: { type: 'string', default: '10' },
-  rounds: { type: 'string', default: '2' },
-} })
+const { values: a } = parseFlags({
+  options: {
+    rate: { type: 'string', default: '1400' },
+    seconds: { type: 'string', default: '10' },
+    rounds: { type: 'string', default: '2' },
+  }
+})
 const rate = numberFlag(a, 'rate', 1, 100_000)
 const seconds = numberFlag(a, 'seconds', 1, 3_600)
 const rounds = numberFlag(a, 'rounds', 1, 20)

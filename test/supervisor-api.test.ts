@@ -22,7 +22,8 @@ const env = { ...portEnv, DATA_DIR: dataDir, DATABASE_URL: 'postgres://nobody@12
 function supervisorWith (extra: Record<string, string>) {
   const lines: string[] = []
   const say = (l: string): void => { lines.push(l) }
-  return { lines, supervisor: createSupervisor(loadConfig(SUPERVISOR_ENV, { ...env, ...extra }), { say, sayError: say }) }
+  const cfg = loadConfig(SUPERVISOR_ENV, { ...env, ...extra })
+  return { lines, supervisor: createSupervisor(cfg, { say, sayError: say }) }
 }
 
 const canListen = (port: number): Promise<boolean> => new Promise(resolve => {

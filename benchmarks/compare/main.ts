@@ -65,9 +65,18 @@ const { values: a } = parseFlags({
 if (a.help) { console.log(HELP); process.exit(0) }
 const N = (k: keyof typeof a, min = 0): number => numberFlag(a, k, min)
 const P = {
-  cardRate: N('card-rate', 1), taxRate: N('tax-rate', 1), warmupS: N('warmup-seconds'), baselineS: N('baseline-seconds', 1), faultS: N('fault-seconds', 1), recoveryS: N('recovery-seconds', 3),
-  faultLatencyMs: N('fault-latency-ms'), taxDeadlineMs: N('tax-deadline-ms'), clientTimeoutMs: N('client-timeout-ms'), taxClientTimeoutMs: N('tax-client-timeout-ms'),
-  taxHeapMb: N('tax-heap-mb', 32), slaMs: N('sla-ms'),
+  cardRate: N('card-rate', 1),
+  taxRate: N('tax-rate', 1),
+  warmupS: N('warmup-seconds'),
+  baselineS: N('baseline-seconds', 1),
+  faultS: N('fault-seconds', 1),
+  recoveryS: N('recovery-seconds', 3),
+  faultLatencyMs: N('fault-latency-ms'),
+  taxDeadlineMs: N('tax-deadline-ms'),
+  clientTimeoutMs: N('client-timeout-ms'),
+  taxClientTimeoutMs: N('tax-client-timeout-ms'),
+  taxHeapMb: N('tax-heap-mb', 32),
+  slaMs: N('sla-ms'),
   fault: { cpuMs: N('cpu-ms'), blockMs: N('block-ms'), blockEveryMs: N('block-every-ms', 1), retainMb: N('retain-mb') },
 }
 const parsed = parseFaults(a.faults!)
@@ -85,12 +94,25 @@ async function main (): Promise<void> {
   fs.mkdirSync(dataDir, { recursive: true })
   const preload = compilePreload(dataDir)
   const faultSwitch = new FaultSwitch(path.join(dataDir, 'tax-fault.json'), P.fault)
-  const common: Common = { root, dataDir, basePort: N('base-port', 1024), cpus: SERVER_CPU, taxNodeArgs: taxNodeArgs(preload, P.taxHeapMb), faultEnv: faultSwitch.env }
+  const common: Common = {
+    root,
+    dataDir,
+    basePort: N('base-port', 1024),
+    cpus: SERVER_CPU,
+    taxNodeArgs: taxNodeArgs(preload, P.taxHeapMb),
+    faultEnv: faultSwitch.env,
+  }
   // PostgreSQL, shared by all three topologies, on the system's cpu: started while
   // this process is pinned there, so the server inherits that pinning.
   const pinnedServer = pinSelf(SERVER_CPU)
   const secrets = localSecrets(dataDir)
-  const db = await bootstrapDatabase({ dataDir, port: common.basePort + 49, database: 'watertight', secrets, log: m => console.log(`  ${m}`) })
+  const db = await bootstrapDatabase({
+    dataDir,
+    port: common.basePort + 49,
+    database: 'watertight',
+    secrets,
+    log: m => console.log(`  ${m}`),
+  })
   const pinned = pinnedServer && pinSelf('1')
   const admin = new pg.Client({ connectionString: db.superUrl })
   await admin.connect()
@@ -140,7 +162,13 @@ async function main (): Promise<void> {
     await db.embedded?.stop()
   }
 
-  const stamp = { command, date: new Date().toISOString(), commit, machine: machineLine({ kernel: true }), placement: pinned ? 'system under test, the sandbox and PostgreSQL pinned to cpu 0; load generator to cpu 1' : 'not pinned (no taskset)' }
+  const stamp = {
+    command,
+    date: new Date().toISOString(),
+    commit,
+    machine: machineLine({ kernel: true }),
+    placement: pinned ? 'system under test, the sandbox and PostgreSQL pinned to cpu 0; load generator to cpu 1' : 'not pinned (no taskset)',
+  }
   const doc = renderDoc(stamp, P, faults, rows)
   const docPath = path.resolve(root, a.doc!)
   fs.mkdirSync(path.dirname(docPath), { recursive: true })

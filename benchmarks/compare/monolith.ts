@@ -55,8 +55,11 @@ const limits = Object.fromEntries(LANE_NAMES.map(n => [n, laneLimits(n)])) as Re
 // detector's wrappers) stays on the view, and only the monolith ends it. The
 // rest of what the lane kit does with its pool runs as in the fleet.
 const pool = new pg.Pool({
-  connectionString: env.DATABASE_URL, max: SHARED_POOL, idleTimeoutMillis: 0,
-  connectionTimeoutMillis: limits['card-auth'].deadlineMs, statement_timeout: limits['card-auth'].db.statementTimeoutMs,
+  connectionString: env.DATABASE_URL,
+  max: SHARED_POOL,
+  idleTimeoutMillis: 0,
+  connectionTimeoutMillis: limits['card-auth'].deadlineMs,
+  statement_timeout: limits['card-auth'].db.statementTimeoutMs,
   application_name: `watertight-monolith-${topology}`,
 })
 pool.on('error', err => console.error(JSON.stringify({ level: 'error', msg: 'idle pg client error', err: String(err) })))
@@ -82,8 +85,11 @@ const lanes = {
   'card-auth': (await buildCardAuth({ limits: limits['card-auth'], databaseUrl: env.DATABASE_URL!, logger })).app,
   fraud: (await buildFraud({ limits: limits.fraud, databaseUrl: env.DATABASE_URL!, logger })).app,
   tax: (await buildTax({
-    limits: limits.tax, databaseUrl: env.DATABASE_URL!, logger,
-    providerUrl: env.TAX_PROVIDER_URL!, quoteDeadlineMs: Number(env.TAX_QUOTE_DEADLINE_MS ?? 2_000),
+    limits: limits.tax,
+    databaseUrl: env.DATABASE_URL!,
+    logger,
+    providerUrl: env.TAX_PROVIDER_URL!,
+    quoteDeadlineMs: Number(env.TAX_QUOTE_DEADLINE_MS ?? 2_000),
     compensation: { tableFile: DEFAULT_TABLE_FILE, certificateFile: path.join(dataDir, 'tax-certificate.json'), maxAgeMs: 168 * 3_600_000 },
     // The shared-pool service of INC-4491 had no breaker either.
     breaker: loadConfig(TAX_ENV, { TAX_BREAKER: 'off' }),
@@ -112,7 +118,14 @@ if (topology === 'A') {
 }
 const laneUrls = {} as Record<LaneName, string>
 for (const lane of LANE_NAMES) laneUrls[lane] = await lanes[lane].listen({ port: 0, host: '127.0.0.1' })
-const { app: gateway } = await buildGateway({ limits, laneUrls, keys: fileKeySource(path.join(dataDir, 'api-keys.json')), retry: RETRY_GUARD_DEFAULTS, maxEventLoopDelayMs: 500, logger })
+const { app: gateway } = await buildGateway({
+  limits,
+  laneUrls,
+  keys: fileKeySource(path.join(dataDir, 'api-keys.json')),
+  retry: RETRY_GUARD_DEFAULTS,
+  maxEventLoopDelayMs: 500,
+  logger,
+})
 const gatewayUrl = await gateway.listen({ port: Number(env.GATEWAY_PORT ?? 0), host: '127.0.0.1' })
 console.log(JSON.stringify({ up: true, topology, gatewayUrl, laneUrls, pid: process.pid }))
 

@@ -5,10 +5,16 @@ import type { Params, Row } from './measure.ts'
 import { DESCRIBE } from './systems.ts'
 
 export interface Stamp { command: string, date: string, commit: string, machine: string, placement: string }
-type DocParams = Params & { faultLatencyMs: number, taxDeadlineMs: number, taxHeapMb: number, fault: { cpuMs: number, blockMs: number, blockEveryMs: number, retainMb: number } }
+type DocParams = Params & {
+  faultLatencyMs: number
+  taxDeadlineMs: number
+  taxHeapMb: number
+  fault: { cpuMs: number, blockMs: number, blockEveryMs: number, retainMb: number }
+}
 
 const fmt = (x: number): string => x >= 100 ? Math.round(x).toLocaleString('en-US') : x.toFixed(1)
-const answers = (o: Record<string, number>): string => Object.entries(o).sort((x, y) => y[1] - x[1]).map(([k, v]) => `${k}: ${v}`).join(', ') || '–'
+const answers = (o: Record<string, number>): string =>
+  Object.entries(o).sort((x, y) => y[1] - x[1]).map(([k, v]) => `${k}: ${v}`).join(', ') || '–'
 
 export function renderDoc (s: Stamp, P: DocParams, faults: FaultName[], rows: Row[]): string {
   const sla = (r: Row): string => r.card.count > 0 && r.card.p99Ms <= P.slaMs && r.card.errorRate === 0 ? 'holds' : '**fails**'

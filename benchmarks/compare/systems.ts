@@ -25,16 +25,21 @@ export interface System {
   stop (): Promise<void>
 }
 
-export interface Common { root: string, dataDir: string, basePort: number, cpus: string, taxNodeArgs: string[], faultEnv: Record<string, string> }
+export interface Common {
+  root: string, dataDir: string, basePort: number, cpus: string, taxNodeArgs: string[], faultEnv: Record<string, string>
+}
 
-const cmdline = (pid: number): string => { try { return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ') } catch { return '' } }
+const cmdline = (pid: number): string => {
+  try { return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ') } catch { return '' }
+}
 
 /** RSS (bytes) of a process, from /proc; 0 when it is gone. */
 export function rssOf (pid: number): number {
   try { return Number(/VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0) * 1024 } catch { return 0 }
 }
 
-const pinned = (c: Common, argv: string[]): [string, string[]] => hasTaskset() ? ['taskset', ['-c', c.cpus, process.execPath, ...argv]] : [process.execPath, argv]
+const pinned = (c: Common, argv: string[]): [string, string[]] =>
+  hasTaskset() ? ['taskset', ['-c', c.cpus, process.execPath, ...argv]] : [process.execPath, argv]
 
 function stopChild (child: ChildProcess): Promise<void> {
   return new Promise(resolve => {
@@ -48,7 +53,11 @@ function stopChild (child: ChildProcess): Promise<void> {
 export async function startSandbox (c: Common): Promise<{ url: string, stop (): Promise<void> }> {
   const port = c.basePort + 50
   const [cmd, args] = pinned(c, ['--import', 'tsx', 'services/tax-sandbox/main.ts'])
-  const child = spawn(cmd, args, { cwd: c.root, env: { ...process.env, TAX_SANDBOX_PORT: String(port), LOG_LEVEL: 'warn' }, stdio: ['ignore', 'ignore', 'inherit'] })
+  const child = spawn(cmd, args, {
+    cwd: c.root,
+    env: { ...process.env, TAX_SANDBOX_PORT: String(port), LOG_LEVEL: 'warn' },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  })
   const url = `http://127.0.0.1:${port}`
   await waitHealthy(`${url}/health/live`, 20_000)
   return { url, stop: () => stopChild(child) }
@@ -68,8 +77,16 @@ export async function startMonolith (c: Common, topology: 'A' | 'B', env: Record
     // The heap limit and the preload go to node itself, before tsx.
     const [cmd, argv] = pinned(c, [...c.taxNodeArgs, '--import', 'tsx', 'benchmarks/compare/monolith.ts'])
     child = spawn(cmd, argv, {
-      cwd: c.root, stdio: ['ignore', 'pipe', 'inherit'],
-      env: { ...process.env, ...env, ...c.faultEnv, TOPOLOGY: topology, GATEWAY_PORT: String(c.basePort + 40), LOG_LEVEL: 'error' },
+      cwd: c.root,
+      stdio: ['ignore', 'pipe', 'inherit'],
+      env: {
+        ...process.env,
+        ...env,
+        ...c.faultEnv,
+        TOPOLOGY: topology,
+        GATEWAY_PORT: String(c.basePort + 40),
+        LOG_LEVEL: 'error',
+      },
     })
     const me = child
     me.once('exit', () => {
@@ -79,7 +96,12 @@ export async function startMonolith (c: Common, topology: 'A' | 'B', env: Record
     })
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error('monolith did not start')), 60_000)
-      readline.createInterface({ input: me.stdout! }).on('line', l => { try { const j = JSON.parse(l); if (j.up) { clearTimeout(timer); laneUrls = j.laneUrls; resolve(j) } } catch { /* a log line */ } })
+      readline.createInterface({ input: me.stdout! }).on('line', l => {
+        try {
+          const j = JSON.parse(l)
+          if (j.up) { clearTimeout(timer); laneUrls = j.laneUrls; resolve(j) }
+        } catch { /* a log line */ }
+      })
       me.once('exit', code => { clearTimeout(timer); reject(new Error(`monolith exited ${code}`)) })
     })
   }
@@ -87,16 +109,22 @@ export async function startMonolith (c: Common, topology: 'A' | 'B', env: Record
   // `taskset` execs node, so the child's pid is the monolith's.
   const alive = (): number | undefined => child.exitCode === null && child.signalCode === null ? child.pid : undefined
   return {
-    gatewayUrl: up.gatewayUrl, cardAuthUrl: () => laneUrls['card-auth']!, restarts,
+    gatewayUrl: up.gatewayUrl,
+    cardAuthUrl: () => laneUrls['card-auth']!,
+    restarts,
     pids: () => { const p = alive(); return p ? [p] : [] },
     taxPid: alive,
     stop: () => { stopping = true; return stopChild(child) },
   }
 }
 
-export async function startFleet (c: Common, env: Record<string, string>): Promise<System & { apiKey: string, sandboxUrl: string }> {
+export async function startFleet (
+  c: Common, env: Record<string, string>
+): Promise<System & { apiKey: string, sandboxUrl: string }> {
   const fleet = await startLocalFleet({
-    dataDir: c.dataDir, basePort: c.basePort, cpus: c.cpus,
+    dataDir: c.dataDir,
+    basePort: c.basePort,
+    cpus: c.cpus,
     env: { ...env, ...c.faultEnv, FLEET_NODE_ARGS_TAX: c.taxNodeArgs.join(' '), DECK_POLL_MS: '1000' },
   })
   const sup = fleet.pid
@@ -109,7 +137,11 @@ export async function startFleet (c: Common, env: Record<string, string>): Promi
     throw new Error(`the fault preload should be on the tax lane alone; it is on: ${withPreload.map(cmdline).join(' | ') || 'none'}`)
   }
   return {
-    gatewayUrl: fleet.gatewayUrl, cardAuthUrl: () => fleet.laneUrls['card-auth'], apiKey: fleet.apiKey, sandboxUrl: fleet.sandboxUrl, restarts: [],
+    gatewayUrl: fleet.gatewayUrl,
+    cardAuthUrl: () => fleet.laneUrls['card-auth'],
+    apiKey: fleet.apiKey,
+    sandboxUrl: fleet.sandboxUrl,
+    restarts: [],
     // The fleet's own processes; the sandbox stands for the third party, PostgreSQL is shared by all topologies.
     pids: () => [sup, ...procs().filter(p => !cmdline(p).includes('tax-sandbox'))],
     taxPid: () => procs().find(isTax),

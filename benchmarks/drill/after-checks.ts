@@ -8,7 +8,9 @@ import { sleep } from '../run-info.ts'
 export interface Ledger { acknowledged: number, lost: number, doubled: number, phantom: number }
 
 /** The run's card authorizations in the database against what the gateway answered. */
-export async function checkLedger (db: pg.Client, runId: string, card: { acknowledged: Map<string, string>, refused: Set<string> }): Promise<Ledger> {
+export async function checkLedger (
+  db: pg.Client, runId: string, card: { acknowledged: Map<string, string>, refused: Set<string> }
+): Promise<Ledger> {
   const rows = await db.query<{ idempotency_key: string, n: string, ids: string[], approved: string, holds: string }>(
     `select a.idempotency_key, count(distinct a.id) n, array_agg(distinct a.id::text) ids,
             count(distinct a.id) filter (where a.status = 'approved') approved, count(h.id) holds
@@ -21,7 +23,9 @@ export async function checkLedger (db: pg.Client, runId: string, card: { acknowl
   return { acknowledged: card.acknowledged.size, lost, doubled, phantom }
 }
 
-export interface StuckBackend { pid: number, state: string | null, since: string | null, waitEvent: string | null, query: string }
+export interface StuckBackend {
+  pid: number, state: string | null, since: string | null, waitEvent: string | null, query: string
+}
 
 export interface RoleConnections {
   role: string
@@ -34,19 +38,25 @@ export interface RoleConnections {
   stuck: StuckBackend[]
 }
 
-interface Backend { pid: number, role: string, state: string | null, state_change: string | null, wait_event: string | null, query: string }
+interface Backend {
+  pid: number, role: string, state: string | null, state_change: string | null, wait_event: string | null, query: string
+}
 
 /** Every role of the fleet: its backends, its limit, and those orphaned. */
 export async function checkConnections (db: pg.Client): Promise<RoleConnections[]> {
-  const roles = [...LANE_NAMES.map(l => LANE_DEFAULTS[l].role), JOBS_ROLE.role, DECK_ROLE.role].map(r => (process.env.ROLE_PREFIX ?? '') + r)
+  const roles = [...LANE_NAMES.map(l => LANE_DEFAULTS[l].role), JOBS_ROLE.role, DECK_ROLE.role]
+    .map(r => (process.env.ROLE_PREFIX ?? '') + r)
   // Orphaned: a backend that is still busy (active, or idle in a transaction) in
   // two looks 5 s apart without its state having changed: nothing is running
   // any more, so nothing should be holding it.
   const first = await census(db, roles)
   await sleep(5_000)
   const second = await census(db, roles)
-  const stuck = second.filter(b => busy(b) && first.some(f => f.pid === b.pid && f.state === b.state && f.state_change === b.state_change))
-  const limits = new Map((await db.query<{ rolname: string, rolconnlimit: number }>('select rolname, rolconnlimit from pg_roles where rolname = any($1)', [roles])).rows.map(r => [r.rolname, r.rolconnlimit]))
+  const stuck = second.filter(b => busy(b) &&
+    first.some(f => f.pid === b.pid && f.state === b.state && f.state_change === b.state_change))
+  const { rows } = await db.query<{ rolname: string, rolconnlimit: number }>(
+    'select rolname, rolconnlimit from pg_roles where rolname = any($1)', [roles])
+  const limits = new Map(rows.map(r => [r.rolname, r.rolconnlimit]))
   return roles.filter(r => limits.has(r)).map(role => roleConnections(role, limits.get(role)!, second, stuck))
 }
 
@@ -63,10 +73,19 @@ function roleConnections (role: string, limit: number, backends: Backend[], stuc
   const mine = backends.filter(b => b.role === role)
   const stuckHere = stuck.filter(b => b.role === role)
   return {
-    role, limit, total: mine.length,
-    active: mine.filter(b => b.state === 'active').length, idle: mine.filter(b => b.state === 'idle').length,
+    role,
+    limit,
+    total: mine.length,
+    active: mine.filter(b => b.state === 'active').length,
+    idle: mine.filter(b => b.state === 'idle').length,
     idleInTransaction: mine.filter(inTransaction).length,
     orphaned: stuckHere.length,
-    stuck: stuckHere.map(b => ({ pid: b.pid, state: b.state, since: b.state_change, waitEvent: b.wait_event, query: b.query })),
+    stuck: stuckHere.map(b => ({
+      pid: b.pid,
+      state: b.state,
+      since: b.state_change,
+      waitEvent: b.wait_event,
+      query: b.query,
+    })),
   }
 }

@@ -42,7 +42,17 @@ export class DrillClients {
   }
 
   async admin<T = unknown> (method: 'GET' | 'PUT', p: string, body?: unknown): Promise<T> {
-    const r = await this.deck.request({ method, path: p, headers: { authorization: `Bearer ${this.#fleet.adminToken}`, 'x-operator': 'mc-rt-01-drill', ...(body ? { 'content-type': 'application/json' } : {}) }, body: body ? JSON.stringify(body) : undefined, signal: AbortSignal.timeout(5_000) })
+    const r = await this.deck.request({
+      method,
+      path: p,
+      headers: {
+        authorization: `Bearer ${this.#fleet.adminToken}`,
+        'x-operator': 'mc-rt-01-drill',
+        ...(body ? { 'content-type': 'application/json' } : {}),
+      },
+      body: body ? JSON.stringify(body) : undefined,
+      signal: AbortSignal.timeout(5_000),
+    })
     const json = await r.body.json()
     if (r.statusCode !== 200) throw new Error(`deck ${method} ${p}: ${r.statusCode} ${JSON.stringify(json)}`)
     return json as T
@@ -62,6 +72,12 @@ export class DrillClients {
   }
 
   async close (): Promise<void> {
-    await Promise.allSettled([this.cardPool.close(), this.taxPool.close(), this.stormPool.close(), this.deck.close(), this.db.end()])
+    await Promise.allSettled([
+      this.cardPool.close(),
+      this.taxPool.close(),
+      this.stormPool.close(),
+      this.deck.close(),
+      this.db.end(),
+    ])
   }
 }

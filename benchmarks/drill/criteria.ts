@@ -11,7 +11,11 @@ export interface Latency { count: number, p50Ms: number, p99Ms: number, maxMs: n
  * where the gateway timed it (Server-Timing gateway), the answer in the gateway.
  */
 export interface Decided {
-  count: number, under5: number, p50Ms: number, p99Ms: number, maxMs: number
+  count: number
+  under5: number
+  p50Ms: number
+  p99Ms: number
+  maxMs: number
   lane: { p50Ms: number, p99Ms: number, maxMs: number }
   laneAnswer: { p50Ms: number, p99Ms: number, maxMs: number }
   gateway?: { p50Ms: number, p99Ms: number, maxMs: number }
@@ -43,7 +47,9 @@ export interface Criterion { id: string, what: string, limit: string, measured: 
 
 export function evaluate (f: DrillFigures, th: Thresholds = SPEC_THRESHOLDS): Criterion[] {
   const out: Criterion[] = []
-  const add = (id: string, what: string, limit: string, measured: string, pass: boolean): void => { out.push({ id, what, limit, measured, pass }) }
+  const add = (id: string, what: string, limit: string, measured: string, pass: boolean): void => {
+    out.push({ id, what, limit, measured, pass })
+  }
   const ms = (x: number): string => `${x.toFixed(x < 10 ? 2 : 0)} ms`
 
   add('fault-took-effect', 'the fault took effect: tax went SATURATED and shed requests', 'SATURATED seen, > 0 shed',

@@ -102,7 +102,9 @@ export class FaultSchedule {
   /** Cores used per phase (a fault that failed to switch leaves fewer marks: no table). */
   cpuByPhase (): CpuByPhase | null {
     const [m0, m1, m2, m3] = this.#cpuMarks
-    return m0 && m1 && m2 && m3 ? { baseline: cpuBetween(m0, m1), fault: cpuBetween(m1, m2), recovery: cpuBetween(m2, m3) } : null
+    return m0 && m1 && m2 && m3
+      ? { baseline: cpuBetween(m0, m1), fault: cpuBetween(m1, m2), recovery: cpuBetween(m2, m3) }
+      : null
   }
 }
 

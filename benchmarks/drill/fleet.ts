@@ -29,7 +29,17 @@ export interface FleetUnderTest {
 export async function fleetUnderTest (o: DrillOptions): Promise<FleetUnderTest> {
   if (o.fleet.kind === 'external') {
     const { gatewayUrl, deckUrl, apiKey, adminToken, databaseUrl } = o.fleet
-    return { gatewayUrl, deckUrl, apiKey, adminToken, databaseUrl, stop: async () => {}, pinned: undefined, pinnedProcesses: 0, own: false }
+    return {
+      gatewayUrl,
+      deckUrl,
+      apiKey,
+      adminToken,
+      databaseUrl,
+      stop: async () => {},
+      pinned: undefined,
+      pinnedProcesses: 0,
+      own: false,
+    }
   }
   return startOwnFleet(o, o.fleet)
 }
@@ -43,11 +53,17 @@ async function startOwnFleet (o: DrillOptions, f: OwnFleet): Promise<FleetUnderT
   // (the last run's data stays there to look at until the next); one given with
   // --data-dir is used as it is.
   if (f.emptyDataDir) fs.rmSync(dir, { recursive: true, force: true })
-  const codeFault = o.fault === 'slow-provider' ? undefined : (fs.mkdirSync(dir, { recursive: true }), new FaultSwitch(path.resolve(dir, 'tax-fault.json')))
+  const codeFault = o.fault === 'slow-provider'
+    ? undefined
+    : (fs.mkdirSync(dir, { recursive: true }), new FaultSwitch(path.resolve(dir, 'tax-fault.json')))
   // A fault in the tax lane's code: the preload and a heap limit on the tax lane alone.
-  const code = codeFault ? { ...codeFault.env, FLEET_NODE_ARGS_TAX: taxNodeArgs(compilePreload(dir), o.taxHeapMb).join(' ') } : {}
+  const code = codeFault
+    ? { ...codeFault.env, FLEET_NODE_ARGS_TAX: taxNodeArgs(compilePreload(dir), o.taxHeapMb).join(' ') }
+    : {}
   const fleet = await startLocalFleet({
-    dataDir: f.dataDir, basePort: f.basePort, cpus: f.fleetCpus,
+    dataDir: f.dataDir,
+    basePort: f.basePort,
+    cpus: f.fleetCpus,
     // The deck polls every 500 ms, each lane under a 500 ms deadline (the deck's
     // default): the recovery time is read from it. At 250 / 200 ms a P2 lane starved of
     // CPU at the spec's rates, slow rather than gone, timed out in 640 of 643 polls and

@@ -25,7 +25,14 @@ function table (t: Table): string {
   return `<h2>${esc(t.title)}</h2>\n<table><thead><tr>${t.head.map(h => `<th>${esc(h)}</th>`).join('')}</tr></thead>\n<tbody>${rows}</tbody></table>`
 }
 
-export function renderReport (o: { title: string, subtitle: string[], verdict?: { pass: boolean, text: string }, tables: Table[], charts: Chart[], bands: Band[] }): string {
+export function renderReport (o: {
+  title: string
+  subtitle: string[]
+  verdict?: { pass: boolean, text: string }
+  tables: Table[]
+  charts: Chart[]
+  bands: Band[]
+}): string {
   const { js, css } = uplotAssets()
   // JSON inside <script>: no "</script>" or "<!--" can survive \u003c.
   const data = JSON.stringify({ charts: o.charts, bands: o.bands }).replace(/</g, '\\u003c')

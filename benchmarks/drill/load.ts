@@ -26,12 +26,18 @@ export interface Recorded {
 }
 
 /** The clock starts, the deck is sampled, and the load and the fault run their schedule. */
-export async function recordRun (o: DrillOptions, clients: DrillClients, runId: string, fault: FaultSchedule): Promise<Recorded> {
+export async function recordRun (
+  o: DrillOptions, clients: DrillClients, runId: string, fault: FaultSchedule
+): Promise<Recorded> {
   const clock = startClock()
   const sampler = startSampler(clients, clock)
   const timeline = phaseTimeline(o)
   const ctx = { clients, runId, clock, timeline }
-  const streams = { card: new CardStream(ctx), tax: new TaxStream(ctx), storm: new RetryingClients(ctx, o.stormIntervalMs) }
+  const streams = {
+    card: new CardStream(ctx),
+    tax: new TaxStream(ctx),
+    storm: new RetryingClients(ctx, o.stormIntervalMs),
+  }
   console.log(`drill ${runId}: card ${o.cardRate}/s, tax ${o.taxRate}/s, ${o.stormClients} retrying clients; baseline ${o.baselineSeconds} s, fault ${o.faultSeconds} s (${faultText(o)}), recovery ${o.recoverySeconds} s`)
   // Stopped on the way out too: a run that failed must not leave the sampler polling.
   const load = await runLoad({ o, clock, timeline, ...streams, fault, sampler }).finally(() => sampler.stop())
@@ -70,7 +76,11 @@ async function runLoad (x: LoadInputs): Promise<LoadRun> {
   generatorLoop.disable()
   // Its samples are whole timer intervals: the delay is what came beyond the timer's own 5 ms.
   const loopMs = (ns: number): number => Math.max(0, Math.round((ns / 1e6 - LOOP_TIMER_MS) * 100) / 100)
-  const generatorDelay = { p50Ms: loopMs(generatorLoop.percentile(50)), p99Ms: loopMs(generatorLoop.percentile(99)), maxMs: loopMs(generatorLoop.max) }
+  const generatorDelay = {
+    p50Ms: loopMs(generatorLoop.percentile(50)),
+    p99Ms: loopMs(generatorLoop.percentile(99)),
+    maxMs: loopMs(generatorLoop.max),
+  }
   console.log(`  load done at ${x.clock.at().toFixed(1)} s (card sent ${card.sentRate.toFixed(0)}/s, send lag p50 ${card.sendLag.p50Ms} ms, p99 ${card.sendLag.p99Ms} ms, max ${card.maxSendLagMs.toFixed(1)} ms;` +
     ` tax sent ${tax.sentRate.toFixed(0)}/s, send lag p50 ${tax.sendLag.p50Ms} ms, p99 ${tax.sendLag.p99Ms} ms, max ${tax.maxSendLagMs.toFixed(1)} ms;` +
     ` the generator's event-loop delay p50 ${generatorDelay.p50Ms} ms, p99 ${generatorDelay.p99Ms} ms, max ${generatorDelay.maxMs} ms)`)

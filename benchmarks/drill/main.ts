@@ -69,7 +69,16 @@ async function drill (o: DrillOptions): Promise<DrillReport> {
     const recorded = await recordRun(o, clients, runId, fault)
     const ledger = await checkLedger(clients.db, runId, recorded.card)
     const connections = await checkConnections(clients.db)
-    const report = buildReport({ o, runId, placement: placement(o, fleet, generatorPinned), settledMs, recorded, fault, ledger, connections })
+    const report = buildReport({
+      o,
+      runId,
+      placement: placement(o, fleet, generatorPinned),
+      settledMs,
+      recorded,
+      fault,
+      ledger,
+      connections,
+    })
     writeReport(report, o.outDir)
     printSummary(report, o.outDir)
     return report

@@ -34,7 +34,9 @@ export interface OwnFleet {
 }
 
 /** A fleet the drill did not start: --gateway and --deck, its credentials from the environment. */
-export interface ExternalFleet { kind: 'external', gatewayUrl: string, deckUrl: string, apiKey: string, adminToken: string, databaseUrl: string }
+export interface ExternalFleet {
+  kind: 'external', gatewayUrl: string, deckUrl: string, apiKey: string, adminToken: string, databaseUrl: string
+}
 
 export interface DrillOptions {
   cardRate: number
@@ -108,12 +110,17 @@ function parse (args: string[]): Values {
 function toOptions (a: Values, args: string[], env: NodeJS.ProcessEnv): DrillOptions {
   const num = (k: keyof Values, min: number, max: number): number => numberFlag(a, k, min, max)
   const figures = {
-    cardRate: num('card-rate', 1, 20_000), taxRate: num('tax-rate', 1, 5_000),
-    stormClients: num('storm-clients', 0, 500), stormIntervalMs: num('storm-interval-ms', 1, 10_000),
-    warmupSeconds: num('warmup-seconds', 0, 600), baselineSeconds: num('baseline-seconds', 1, 3_600),
-    faultSeconds: num('fault-seconds', 1, 3_600), recoverySeconds: num('recovery-seconds', 5, 3_600),
+    cardRate: num('card-rate', 1, 20_000),
+    taxRate: num('tax-rate', 1, 5_000),
+    stormClients: num('storm-clients', 0, 500),
+    stormIntervalMs: num('storm-interval-ms', 1, 10_000),
+    warmupSeconds: num('warmup-seconds', 0, 600),
+    baselineSeconds: num('baseline-seconds', 1, 3_600),
+    faultSeconds: num('fault-seconds', 1, 3_600),
+    recoverySeconds: num('recovery-seconds', 5, 3_600),
     settleTimeoutSeconds: num('settle-timeout-seconds', 1, 3_600),
-    faultLatencyMs: num('fault-latency-ms', 0, 60_000), normalLatencyMs: num('normal-latency-ms', 0, 199),
+    faultLatencyMs: num('fault-latency-ms', 0, 60_000),
+    normalLatencyMs: num('normal-latency-ms', 0, 199),
     cardP99Ms: num('card-p99-ms', 0, 60_000),
   }
   const fault = faultFlag(a)
@@ -141,7 +148,14 @@ function faultFlag (a: Values): FaultName {
 function externalFleet (gatewayUrl: string, deckUrl: string | undefined, env: NodeJS.ProcessEnv): ExternalFleet {
   const need = ['API_KEY', 'ADMIN_TOKEN', 'DATABASE_URL'].filter(k => !env[k])
   if (!deckUrl || need.length) throw new UsageError(`--gateway needs --deck and the env ${need.join(', ') || '(set)'}`)
-  return { kind: 'external', gatewayUrl, deckUrl, apiKey: env.API_KEY!, adminToken: env.ADMIN_TOKEN!, databaseUrl: env.DATABASE_URL! }
+  return {
+    kind: 'external',
+    gatewayUrl,
+    deckUrl,
+    apiKey: env.API_KEY!,
+    adminToken: env.ADMIN_TOKEN!,
+    databaseUrl: env.DATABASE_URL!,
+  }
 }
 
 function ownFleet (a: Values): OwnFleet {

@@ -56,18 +56,32 @@ export function reportHtml (r: DrillReport): string {
 }
 
 function tables (r: DrillReport): Table[] {
-  const s = (n: string, v: Percentiles): Array<string | number> => [n, v.count, v.p50Ms.toFixed(1), v.p99Ms.toFixed(1), v.maxMs.toFixed(0)]
+  const s = (n: string, v: Percentiles): Array<string | number> =>
+    [n, v.count, v.p50Ms.toFixed(1), v.p99Ms.toFixed(1), v.maxMs.toFixed(0)]
   return [
-    { title: 'Criteria', head: ['criterion', 'limit', 'measured', 'verdict'], rows: r.criteria.map(c => [c.what, c.limit, c.measured, c.pass ? 'pass' : 'fail']), passColumn: 3 },
-    { title: 'card-auth latency by phase', head: ['phase', 'requests', 'p50 ms', 'p99 ms', 'max ms'], rows: [s('baseline', r.card.baseline), s('fault', r.card.fault), s('recovery', r.card.recovery)] },
-    { title: 'Fleet RSS and connections', head: ['what', 'value'], rows: [
-      ['RSS before / peak during / after', `${r.rss.beforeMb} / ${r.rss.duringPeakMb} / ${r.rss.afterMb} MB (${r.rss.processes} Node processes)`],
-      ...r.connections.map(c => [`connections ${c.role}`, `${c.total} of limit ${c.limit}: ${c.active} active, ${c.idle} idle, ${c.idleInTransaction} idle in transaction, ${c.orphaned} orphaned`]),
-      ['tax state changes', r.tax.stateTransitions.map(t => `${t.s.toFixed(1)} s ${t.from}→${t.to}`).join(', ') || 'none'],
-      ['deck samples with a lane down', `of ${r.deckSawDown.samples}: ${downSummary(r.deckSawDown.reasons)}`],
-      ['other lanes state changes', r.otherLaneTransitions.map(t => `${t.s.toFixed(1)} s ${t.lane} ${t.from}→${t.to}`).join(', ') || 'none'],
-      ['answers', `card ${JSON.stringify(r.card.answers)}; tax ${JSON.stringify(r.tax.answers)}; retrying client ${JSON.stringify(r.retryingClient.codes)}`],
-    ] },
+    {
+      title: 'Criteria',
+      head: ['criterion', 'limit', 'measured', 'verdict'],
+      rows: r.criteria.map(c => [c.what, c.limit, c.measured, c.pass ? 'pass' : 'fail']),
+      passColumn: 3,
+    },
+    {
+      title: 'card-auth latency by phase',
+      head: ['phase', 'requests', 'p50 ms', 'p99 ms', 'max ms'],
+      rows: [s('baseline', r.card.baseline), s('fault', r.card.fault), s('recovery', r.card.recovery)],
+    },
+    {
+      title: 'Fleet RSS and connections',
+      head: ['what', 'value'],
+      rows: [
+        ['RSS before / peak during / after', `${r.rss.beforeMb} / ${r.rss.duringPeakMb} / ${r.rss.afterMb} MB (${r.rss.processes} Node processes)`],
+        ...r.connections.map(c => [`connections ${c.role}`, `${c.total} of limit ${c.limit}: ${c.active} active, ${c.idle} idle, ${c.idleInTransaction} idle in transaction, ${c.orphaned} orphaned`]),
+        ['tax state changes', r.tax.stateTransitions.map(t => `${t.s.toFixed(1)} s ${t.from}→${t.to}`).join(', ') || 'none'],
+        ['deck samples with a lane down', `of ${r.deckSawDown.samples}: ${downSummary(r.deckSawDown.reasons)}`],
+        ['other lanes state changes', r.otherLaneTransitions.map(t => `${t.s.toFixed(1)} s ${t.lane} ${t.from}→${t.to}`).join(', ') || 'none'],
+        ['answers', `card ${JSON.stringify(r.card.answers)}; tax ${JSON.stringify(r.tax.answers)}; retrying client ${JSON.stringify(r.retryingClient.codes)}`],
+      ]
+    },
     ...(r.cpu ? [{ title: 'CPU by phase, cores used (fleet processes from /proc/<pid>/stat, PostgreSQL backends by role; the machine from /proc/stat)', head: ['process', 'baseline', 'fault', 'recovery'], rows: cpuRows(r.cpu, 'fault') }] : []),
   ]
 }
@@ -83,22 +97,49 @@ function charts (r: DrillReport): Chart[] {
   const lanes = r.timeline.lanes
   const ls = lanes.map(l => l.s)
   return [
-    { title: 'card-auth latency from scheduled send (ms, log scale)', yLabel: 'ms', x, log: true, series: [
-      { label: 'p50', values: card.map(c => logMs(c.p50Ms)), color: '#1f6feb' },
-      { label: 'p99', values: card.map(c => logMs(c.p99Ms)), color: '#d1242f' },
-      { label: 'max', values: card.map(c => logMs(c.maxMs)), color: '#999', dash: true },
-      { label: 'SLA 120 ms', values: x.map(() => 120), color: '#06702d', dash: true },
-    ] },
-    { title: 'answers per second', yLabel: 'req/s', x, series: [
-      { label: 'card 201', values: card.map(c => c.ok), color: '#1f6feb' },
-      { label: 'card 429', values: card.map(c => c.r429), color: '#bf8700' },
-      { label: 'card errors', values: card.map(c => c.errors), color: '#b00020' },
-      { label: 'tax shed', values: tax.map(c => c.shed), color: '#d1242f' },
-      { label: 'tax compensated', values: tax.map(c => c.compensated), color: '#8250df', dash: true },
-      { label: 'retries blocked at gateway', values: storm.map(c => c.blocked), color: '#444' },
-    ] },
-    { title: 'lane state (0 NORMAL, 1 RECOVERING, 2 SATURATED), from the deck (each lane polled every 500 ms)', yLabel: 'state', x: ls, step: true, series: LANE_NAMES.map(l => ({ label: l, values: lanes.map(s => stateNum(s[l]?.state ?? null)), color: COLORS[l]! })) },
-    { title: 'active permits', yLabel: 'permits', x: ls, step: true, series: LANE_NAMES.map(l => ({ label: l, values: lanes.map(s => s[l]?.active ?? null), color: COLORS[l]! })) },
+    {
+      title: 'card-auth latency from scheduled send (ms, log scale)',
+      yLabel: 'ms',
+      x,
+      log: true,
+      series: [
+        { label: 'p50', values: card.map(c => logMs(c.p50Ms)), color: '#1f6feb' },
+        { label: 'p99', values: card.map(c => logMs(c.p99Ms)), color: '#d1242f' },
+        { label: 'max', values: card.map(c => logMs(c.maxMs)), color: '#999', dash: true },
+        { label: 'SLA 120 ms', values: x.map(() => 120), color: '#06702d', dash: true },
+      ]
+    },
+    {
+      title: 'answers per second',
+      yLabel: 'req/s',
+      x,
+      series: [
+        { label: 'card 201', values: card.map(c => c.ok), color: '#1f6feb' },
+        { label: 'card 429', values: card.map(c => c.r429), color: '#bf8700' },
+        { label: 'card errors', values: card.map(c => c.errors), color: '#b00020' },
+        { label: 'tax shed', values: tax.map(c => c.shed), color: '#d1242f' },
+        { label: 'tax compensated', values: tax.map(c => c.compensated), color: '#8250df', dash: true },
+        { label: 'retries blocked at gateway', values: storm.map(c => c.blocked), color: '#444' },
+      ]
+    },
+    {
+      title: 'lane state (0 NORMAL, 1 RECOVERING, 2 SATURATED), from the deck (each lane polled every 500 ms)',
+      yLabel: 'state',
+      x: ls,
+      step: true,
+      series: LANE_NAMES.map(l => ({
+        label: l,
+        values: lanes.map(s => stateNum(s[l]?.state ?? null)),
+        color: COLORS[l]!,
+      })),
+    },
+    {
+      title: 'active permits',
+      yLabel: 'permits',
+      x: ls,
+      step: true,
+      series: LANE_NAMES.map(l => ({ label: l, values: lanes.map(s => s[l]?.active ?? null), color: COLORS[l]! })),
+    },
     { title: 'fleet RSS (sum over Node processes, MB)', yLabel: 'MB', x: ls, series: [{ label: 'RSS', values: lanes.map(s => s.rssMb), color: '#444' }] },
   ]
 }

@@ -9,13 +9,18 @@ import { evaluate, SPEC_THRESHOLDS, type Criterion, type Decided, type DrillFigu
 import { faultText, type CpuByPhase, type FaultSchedule } from './fault.ts'
 import type { LoadRun, LoopDelay, Recorded } from './load.ts'
 import type { DrillOptions } from './options.ts'
-import { deckBreaker, downReasons, laneTimeline, rssFigures, saturatedSeen, taxDownInFault, taxRecoveryMs, transitions, type LanePoint, type RssFigures, type Transition } from './sampler.ts'
+import {
+  deckBreaker, downReasons, laneTimeline, rssFigures, saturatedSeen, taxDownInFault, taxRecoveryMs, transitions,
+  type LanePoint, type RssFigures, type Transition,
+} from './sampler.ts'
 import type { CardStream, StormSecond, TaxStream } from './streams.ts'
 
 /** A histogram's summary: count and percentiles in ms. */
 export type Percentiles = ReturnType<typeof summary>
 
-export interface StreamLoad { rate: number, sentRate: number, maxSendLagMs: number, sendLag: { p50Ms: number, p99Ms: number }, scheduled: number }
+export interface StreamLoad {
+  rate: number, sentRate: number, maxSendLagMs: number, sendLag: { p50Ms: number, p99Ms: number }, scheduled: number
+}
 
 interface Spread { p50: number, p99: number, max: number }
 
@@ -49,7 +54,15 @@ export interface RetryingClientFigures {
   allowedPerKey: number
 }
 
-export interface CardPoint { count: number, ok: number, r429: number, errors: number, p50Ms: number | null, p99Ms: number | null, maxMs: number | null }
+export interface CardPoint {
+  count: number
+  ok: number
+  r429: number
+  errors: number
+  p50Ms: number | null
+  p99Ms: number | null
+  maxMs: number | null
+}
 export interface TaxPoint { count: number, shed: number, compensated: number, errors: number, p99Ms: number | null }
 
 export interface DrillReport {
@@ -60,14 +73,35 @@ export interface DrillReport {
   commit: string
   machine: string
   placement: string
-  load: { tool: string, card: StreamLoad, tax: StreamLoad, retryingClient: { clients: number, intervalMs: number }, generatorEventLoopDelay: LoopDelay }
+  load: {
+    tool: string
+    card: StreamLoad
+    tax: StreamLoad
+    retryingClient: { clients: number, intervalMs: number }
+    generatorEventLoopDelay: LoopDelay
+  }
   fault: { name: FaultName, what: string, latencyMs: number, normalLatencyMs: number, seconds: number }
   /** Seconds since the load started: [from, to) of each phase; when the fault was set and cleared. */
-  phases: { warmupSeconds: number, settledMs: number, baseline: [number, number], fault: [number, number], recovery: [number, number], faultSetAtS: number, faultClearedAtS: number }
+  phases: {
+    warmupSeconds: number
+    settledMs: number
+    baseline: [number, number]
+    fault: [number, number]
+    recovery: [number, number]
+    faultSetAtS: number
+    faultClearedAtS: number
+  }
   pass: boolean
   criteria: Criterion[]
   card: { baseline: Percentiles, fault: Percentiles, recovery: Percentiles, answers: Record<string, number> }
-  tax: { answers: Record<string, number>, shed: number, shedAnswerMs: ShedAnswerMs, recoveryMs: number | null, stateTransitions: Transition[], breaker: BreakerFigures }
+  tax: {
+    answers: Record<string, number>
+    shed: number
+    shedAnswerMs: ShedAnswerMs
+    recoveryMs: number | null
+    stateTransitions: Transition[]
+    breaker: BreakerFigures
+  }
   otherLaneTransitions: Transition[]
   deckSawDown: { samples: number, reasons: Record<string, Record<string, number>> }
   retryingClient: RetryingClientFigures
@@ -105,24 +139,62 @@ export function buildReport (x: ReportInputs): DrillReport {
   const storms = retryingClient(o, r)
   const figures = drillFigures(x, storms)
   const criteria = judged(o, evaluate(figures, { ...SPEC_THRESHOLDS, cardP99Ms: o.cardP99Ms }), {
-    degraded: r.tax.degradedInFault(), down: taxDownInFault(samples, t),
-    cardErrors: r.card.errors, taxErrors: r.tax.errors, stormErrors: r.storm.errors,
+    degraded: r.tax.degradedInFault(),
+    down: taxDownInFault(samples, t),
+    cardErrors: r.card.errors,
+    taxErrors: r.tax.errors,
+    stormErrors: r.storm.errors,
   })
   return {
-    drill: 'MC-RT-01', runId: x.runId, command: o.command, date: new Date(clock.wall0).toISOString(), commit: gitCommit(), machine: machine(), placement: x.placement,
-    load: { tool: TOOL, card: streamLoad(o.cardRate, r.load.card), tax: streamLoad(o.taxRate, r.load.tax), retryingClient: { clients: o.stormClients, intervalMs: o.stormIntervalMs }, generatorEventLoopDelay: r.load.generatorDelay },
-    fault: { name: o.fault, what: faultText(o), latencyMs: o.faultLatencyMs, normalLatencyMs: o.normalLatencyMs, seconds: o.faultSeconds },
-    phases: {
-      warmupSeconds: o.warmupSeconds, settledMs: x.settledMs, baseline: [t.baselineFrom, t.faultFrom], fault: [t.faultFrom, t.faultTo], recovery: [t.faultTo, t.end],
-      faultSetAtS: x.fault.marks.setAt, faultClearedAtS: x.fault.marks.clearedAt,
+    drill: 'MC-RT-01',
+    runId: x.runId,
+    command: o.command,
+    date: new Date(clock.wall0).toISOString(),
+    commit: gitCommit(),
+    machine: machine(),
+    placement: x.placement,
+    load: {
+      tool: TOOL,
+      card: streamLoad(o.cardRate, r.load.card),
+      tax: streamLoad(o.taxRate, r.load.tax),
+      retryingClient: { clients: o.stormClients, intervalMs: o.stormIntervalMs },
+      generatorEventLoopDelay: r.load.generatorDelay,
     },
-    pass: criteria.every(c => c.pass), criteria,
+    fault: {
+      name: o.fault,
+      what: faultText(o),
+      latencyMs: o.faultLatencyMs,
+      normalLatencyMs: o.normalLatencyMs,
+      seconds: o.faultSeconds,
+    },
+    phases: {
+      warmupSeconds: o.warmupSeconds,
+      settledMs: x.settledMs,
+      baseline: [t.baselineFrom, t.faultFrom],
+      fault: [t.faultFrom, t.faultTo],
+      recovery: [t.faultTo, t.end],
+      faultSetAtS: x.fault.marks.setAt,
+      faultClearedAtS: x.fault.marks.clearedAt,
+    },
+    pass: criteria.every(c => c.pass),
+    criteria,
     card: cardSection(r.card),
-    tax: { answers: r.tax.codes, shed: r.tax.shed, shedAnswerMs: shedAnswerMs(r.tax), recoveryMs: figures.taxRecoveryMs, stateTransitions: all.filter(s => s.lane === 'tax'), breaker },
+    tax: {
+      answers: r.tax.codes,
+      shed: r.tax.shed,
+      shedAnswerMs: shedAnswerMs(r.tax),
+      recoveryMs: figures.taxRecoveryMs,
+      stateTransitions: all.filter(s => s.lane === 'tax'),
+      breaker,
+    },
     otherLaneTransitions: all.filter(s => s.lane !== 'tax'),
     deckSawDown: { samples: samples.length, reasons: downReasons(samples) },
     retryingClient: storms,
-    ledger: figures.ledger, connections: x.connections, rss: rssFigures(samples, t), cpu: x.fault.cpuByPhase(), timeline: timeline(r),
+    ledger: figures.ledger,
+    connections: x.connections,
+    rss: rssFigures(samples, t),
+    cpu: x.fault.cpuByPhase(),
+    timeline: timeline(r),
   }
 }
 
@@ -132,7 +204,11 @@ function drillFigures (x: ReportInputs, storms: RetryingClientFigures): DrillFig
   return {
     card: { fault: summary(card.byPhase.fault), errors: card.errors },
     tax: { shed: tax.shed, decided: decided(tax), errors: tax.errors, saturatedSeen: saturatedSeen(samples) },
-    storm: { errors: storms.errors, maxReachedPerKey: Math.max(0, ...storms.reachedPerKey), allowedPerKey: storms.allowedPerKey },
+    storm: {
+      errors: storms.errors,
+      maxReachedPerKey: Math.max(0, ...storms.reachedPerKey),
+      allowedPerKey: storms.allowedPerKey,
+    },
     taxRecoveryMs: taxRecoveryMs(samples, x.fault.marks.clearedWall),
     ledger: x.ledger,
     connections: x.connections,
@@ -146,7 +222,11 @@ function decided (tax: TaxStream): Decided {
   const d = summary(tax.shedClient)
   const dg = summary(tax.shedGateway)
   return {
-    count: tax.shed, under5: tax.shedUnder, ...ms3(d), lane: ms3(summary(tax.shedLane)), laneAnswer: ms3(summary(tax.shedAnswer)),
+    count: tax.shed,
+    under5: tax.shedUnder,
+    ...ms3(d),
+    lane: ms3(summary(tax.shedLane)),
+    laneAnswer: ms3(summary(tax.shedAnswer)),
     ...(dg.count ? { gateway: ms3(dg) } : {}),
   }
 }
@@ -154,8 +234,11 @@ function decided (tax: TaxStream): Decided {
 function shedAnswerMs (tax: TaxStream): ShedAnswerMs {
   const dg = summary(tax.shedGateway)
   return {
-    count: tax.shed, over5: tax.shed - tax.shedUnder, ...spread(summary(tax.shedClient)),
-    laneDecision: spread(summary(tax.shedLane)), laneAnswer: spread(summary(tax.shedAnswer)),
+    count: tax.shed,
+    over5: tax.shed - tax.shedUnder,
+    ...spread(summary(tax.shedClient)),
+    laneDecision: spread(summary(tax.shedLane)),
+    laneAnswer: spread(summary(tax.shedAnswer)),
     gateway: dg.count ? { count: dg.count, ...spread(dg) } : null,
   }
 }
@@ -164,7 +247,10 @@ function shedAnswerMs (tax: TaxStream): ShedAnswerMs {
 // the provider's calls in it, and the first poll after the heal that found it closed.
 function breakerFigures (x: ReportInputs): BreakerFigures {
   const { samples, timeline, clock, tax } = x.recorded
-  const deck = deckBreaker(samples, timeline, { setWall: x.fault.setWall(clock), clearedWall: x.fault.marks.clearedWall })
+  const deck = deckBreaker(samples, timeline, {
+    setWall: x.fault.setWall(clock),
+    clearedWall: x.fault.marks.clearedWall,
+  })
   return {
     opened: deck.opened,
     taxInFault: summary(tax.faultHistogram()),
@@ -178,18 +264,34 @@ function breakerFigures (x: ReportInputs): BreakerFigures {
 function retryingClient (o: DrillOptions, r: Recorded): RetryingClientFigures {
   const sec = r.storm.perSecond
   return {
-    clients: o.stormClients, sent: sec.reduce((x, s) => x + s.sent, 0), blocked: sec.reduce((x, s) => x + s.blocked, 0),
-    codes: r.storm.codes, reachedPerKey: r.storm.reachedPerKey, errors: r.storm.errors, allowedPerKey: ALLOWED_PER_KEY,
+    clients: o.stormClients,
+    sent: sec.reduce((x, s) => x + s.sent, 0),
+    blocked: sec.reduce((x, s) => x + s.blocked, 0),
+    codes: r.storm.codes,
+    reachedPerKey: r.storm.reachedPerKey,
+    errors: r.storm.errors,
+    allowedPerKey: ALLOWED_PER_KEY,
   }
 }
 
 function streamLoad (rate: number, run: LoadRun['card']): StreamLoad {
-  return { rate, sentRate: run.sentRate, maxSendLagMs: run.maxSendLagMs, sendLag: run.sendLag, scheduled: run.scheduled }
+  return {
+    rate,
+    sentRate: run.sentRate,
+    maxSendLagMs: run.maxSendLagMs,
+    sendLag: run.sendLag,
+    scheduled: run.scheduled,
+  }
 }
 
 function cardSection (card: CardStream): DrillReport['card'] {
   const h = card.byPhase
-  return { baseline: summary(h.baseline), fault: summary(h.fault), recovery: summary(h.recovery), answers: { 201: card.acknowledged.size, ...card.codes } }
+  return {
+    baseline: summary(h.baseline),
+    fault: summary(h.fault),
+    recovery: summary(h.recovery),
+    answers: { 201: card.acknowledged.size, ...card.codes },
+  }
 }
 
 const pct = (h: hdr.Histogram, p: number): number | null => h.totalCount ? h.getValueAtPercentile(p) / 1000 : null
@@ -197,8 +299,22 @@ const pct = (h: hdr.Histogram, p: number): number | null => h.totalCount ? h.get
 function timeline (r: Recorded): DrillReport['timeline'] {
   return {
     second: r.card.perSecond.map((_x, i) => i),
-    card: r.card.perSecond.map(s => ({ count: s.h.totalCount, ok: s.ok, r429: s.r429, errors: s.err, p50Ms: pct(s.h, 50), p99Ms: pct(s.h, 99), maxMs: s.h.totalCount ? s.h.maxValue / 1000 : null })),
-    tax: r.tax.perSecond.map(s => ({ count: s.h.totalCount, shed: s.shed, compensated: s.compensated, errors: s.err, p99Ms: pct(s.h, 99) })),
+    card: r.card.perSecond.map(s => ({
+      count: s.h.totalCount,
+      ok: s.ok,
+      r429: s.r429,
+      errors: s.err,
+      p50Ms: pct(s.h, 50),
+      p99Ms: pct(s.h, 99),
+      maxMs: s.h.totalCount ? s.h.maxValue / 1000 : null,
+    })),
+    tax: r.tax.perSecond.map(s => ({
+      count: s.h.totalCount,
+      shed: s.shed,
+      compensated: s.compensated,
+      errors: s.err,
+      p99Ms: pct(s.h, 99),
+    })),
     storm: r.storm.perSecond,
     lanes: laneTimeline(r.samples),
   }
@@ -209,7 +325,11 @@ function timeline (r: Recorded): DrillReport['timeline'] {
  * provider do not apply; whether the fault took effect, and card-auth's own
  * answers, are judged instead.
  */
-function judged (o: DrillOptions, all: Criterion[], f: { degraded: number, down: number, cardErrors: number, taxErrors: number, stormErrors: number }): Criterion[] {
+function judged (
+  o: DrillOptions,
+  all: Criterion[],
+  f: { degraded: number, down: number, cardErrors: number, taxErrors: number, stormErrors: number }
+): Criterion[] {
   if (o.fault === 'slow-provider') return all
   return [
     { id: 'fault-took-effect', what: `the fault took effect (${faultText(o)})`, limit: 'tax answers degraded, or tax seen down by the deck', measured: `${f.degraded} tax answers not from the provider, tax down in ${f.down} deck samples`, pass: f.degraded + f.down > 0 },

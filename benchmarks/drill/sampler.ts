@@ -58,10 +58,15 @@ function toSample (v: DeckLanes, s: number): Sample {
 function toReading (l: DeckLane): LaneReading {
   const breaker = l.status?.breakers?.[0]
   return {
-    up: l.up, error: l.up ? null : (l.error ?? 'unknown'),
-    state: l.status?.state ?? null, active: l.status?.active ?? null, permits: l.status?.permits ?? null,
-    breaker: breaker?.state ?? null, probes: breaker?.probes ?? null,
-    checkedAt: Date.parse(l.checkedAt), answeredAt: Date.parse(l.checkedAt) + (l.pollMs ?? 0),
+    up: l.up,
+    error: l.up ? null : (l.error ?? 'unknown'),
+    state: l.status?.state ?? null,
+    active: l.status?.active ?? null,
+    permits: l.status?.permits ?? null,
+    breaker: breaker?.state ?? null,
+    probes: breaker?.probes ?? null,
+    checkedAt: Date.parse(l.checkedAt),
+    answeredAt: Date.parse(l.checkedAt) + (l.pollMs ?? 0),
   }
 }
 
@@ -95,11 +100,15 @@ export interface DeckBreaker {
   laneProbesInFault: number | null
 }
 
-export function deckBreaker (samples: Sample[], t: PhaseTimeline, fault: { setWall: number, clearedWall: number }): DeckBreaker {
+export function deckBreaker (
+  samples: Sample[], t: PhaseTimeline, fault: { setWall: number, clearedWall: number }
+): DeckBreaker {
   const tax = taxSamples(samples)
   const closedAgain = tax.find(s => s.checkedAt >= fault.clearedWall && s.breaker === 'closed')
-  // The lane's own probes in the fault (the rest of the provider's calls: the lane's calls before it opened, and worker-tax's).
-  const probesAt = (wall: number): number | null => tax.filter(s => s.checkedAt <= wall && s.probes !== null).at(-1)?.probes ?? null
+  // The lane's own probes in the fault (the rest of the provider's calls: the
+  // lane's calls before it opened, and worker-tax's).
+  const probesAt = (wall: number): number | null =>
+    tax.filter(s => s.checkedAt <= wall && s.probes !== null).at(-1)?.probes ?? null
   const laneProbes = probesAt(fault.clearedWall)
   return {
     opened: tax.some(s => s.s >= t.faultFrom && s.breaker !== null && s.breaker !== 'closed'),
@@ -152,7 +161,8 @@ export const mb = (b: number | undefined): number => Math.round((b ?? 0) / 1e5) 
 export interface RssFigures { processes: number, beforeMb: number, duringPeakMb: number, afterMb: number }
 
 export function rssFigures (samples: Sample[], t: PhaseTimeline): RssFigures {
-  const rssIn = (from: number, to: number): number[] => samples.filter(s => s.s >= from && s.s < to).map(s => s.rssBytes)
+  const rssIn = (from: number, to: number): number[] =>
+    samples.filter(s => s.s >= from && s.s < to).map(s => s.rssBytes)
   return {
     // The most processes one poll saw: a process that missed the last poll is still one.
     processes: Math.max(0, ...samples.map(s => s.processes)),
@@ -168,7 +178,11 @@ export type LanePoint = { s: number, rssMb: number } & { [L in LaneName]?: LaneA
 /** The samples as the report's lane timeline. */
 export function laneTimeline (samples: Sample[]): LanePoint[] {
   return samples.map(s => ({
-    s: Math.round(s.s * 100) / 100, rssMb: mb(s.rssBytes),
-    ...Object.fromEntries(Object.entries(s.lanes).map(([k, v]) => [k, { state: v.state, active: v.active, up: v.up, ...(v.up ? {} : { error: v.error }) }])) as { [L in LaneName]?: LaneAt },
+    s: Math.round(s.s * 100) / 100,
+    rssMb: mb(s.rssBytes),
+    ...Object.fromEntries(Object.entries(s.lanes).map(([k, v]) => [
+      k,
+      { state: v.state, active: v.active, up: v.up, ...(v.up ? {} : { error: v.error }) },
+    ])) as { [L in LaneName]?: LaneAt },
   }))
 }

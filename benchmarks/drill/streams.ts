@@ -12,14 +12,23 @@ import { perSecond, slotOf, type Clock, type Phase, type PhaseTimeline } from '.
 /** What every stream sends with and counts against. */
 export interface StreamContext { clients: DrillClients, runId: string, clock: Clock, timeline: PhaseTimeline }
 
-export const cardBody = (i: number) => ({ merchantId: 'm_drill', cardToken: loadCardToken(i), amount: { value: 1, currency: 'EUR' } })
+export const cardBody = (i: number) => ({
+  merchantId: 'm_drill',
+  cardToken: loadCardToken(i),
+  amount: { value: 1, currency: 'EUR' },
+})
 
 const count = (codes: Record<string, number>, code: string): void => { codes[code] = (codes[code] ?? 0) + 1 }
 
 export interface CardSecond { h: hdr.Histogram, ok: number, r429: number, err: number }
 
 export class CardStream {
-  readonly byPhase: Record<Phase, hdr.Histogram> = { baseline: newHistogram(), fault: newHistogram(), recovery: newHistogram() }
+  readonly byPhase: Record<Phase, hdr.Histogram> = {
+    baseline: newHistogram(),
+    fault: newHistogram(),
+    recovery: newHistogram(),
+  }
+
   readonly perSecond: CardSecond[]
   readonly acknowledged = new Map<string, string>() // key -> authorization id
   readonly refused = new Set<string>() // keys answered with a refusal (must not be in the database)
@@ -64,7 +73,8 @@ export class CardStream {
 
 export interface TaxSecond { h: hdr.Histogram, ok: number, shed: number, compensated: number, err: number }
 
-const isShed = (status: number, compensated: string | null, code?: string): boolean => compensated === 'saturated' || (status === 503 && code === 'ERR_TAX_BULKHEAD_SATURATED')
+const isShed = (status: number, compensated: string | null, code?: string): boolean =>
+  compensated === 'saturated' || (status === 503 && code === 'ERR_TAX_BULKHEAD_SATURATED')
 
 export class TaxStream {
   readonly perSecond: TaxSecond[]
@@ -93,7 +103,10 @@ export class TaxStream {
   }
 
   readonly send = async (i: number): Promise<number> => {
-    const r = await this.#x.clients.post(this.#x.clients.taxPool, '/v1/tax/quotes', `drill-${this.#x.runId}-t-${i}`, { jurisdiction: ['US-CA', 'US-NY', 'DE', 'FR', 'GB'][i % 5], amount: { value: 10_000, currency: 'EUR' } })
+    const r = await this.#x.clients.post(this.#x.clients.taxPool, '/v1/tax/quotes', `drill-${this.#x.runId}-t-${i}`, {
+      jurisdiction: ['US-CA', 'US-NY', 'DE', 'FR', 'GB'][i % 5],
+      amount: { value: 10_000, currency: 'EUR' },
+    })
     const json = await r.body.json().catch(() => ({})) as { code?: string }
     const compensated = (r.headers['x-tax-compensation'] as string | undefined) ?? null
     const shed = isShed(r.statusCode, compensated, json.code)
@@ -177,7 +190,10 @@ export class RetryingClients {
     const sec = this.perSecond[slotOf(timeline, clock.at())]!
     sec.sent++
     try {
-      const r = await clients.post(clients.stormPool, '/v1/tax/quotes', key, { jurisdiction: 'US-CA', amount: { value: 5_000, currency: 'USD' } })
+      const r = await clients.post(clients.stormPool, '/v1/tax/quotes', key, {
+        jurisdiction: 'US-CA',
+        amount: { value: 5_000, currency: 'USD' },
+      })
       const json = await r.body.json().catch(() => ({})) as { code?: string }
       count(this.codes, json.code ?? String(r.statusCode))
       if (r.statusCode === 429 && json.code === 'ERR_RETRY_STORM_BLOCKED') sec.blocked++

@@ -49,7 +49,8 @@ export function startClock (): Clock {
   const t0 = performance.now()
   const wall0 = Date.now()
   return {
-    t0, wall0,
+    t0,
+    wall0,
     at: () => (performance.now() - t0) / 1000,
     since: perfNow => (perfNow - t0) / 1000,
     until: s => sleep(s * 1000 - (performance.now() - t0)),

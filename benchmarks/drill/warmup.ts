@@ -25,8 +25,22 @@ export async function warmUp (c: DrillClients, o: WarmupOptions, runId: string):
   const durationMs = o.warmupSeconds * 500
   for (const [cardRate, taxRate] of [[gentle.card, gentle.tax], [o.cardRate, o.taxRate]] as const) {
     await Promise.all([
-      runOpenLoop({ rate: cardRate, durationMs, send: () => { const j = w++; return warm(c.cardPool, '/v1/authorizations', `drill-${runId}-wc-${j}`, cardBody(j)).catch(() => 0) } }),
-      runOpenLoop({ rate: taxRate, durationMs, send: () => warm(c.taxPool, '/v1/tax/quotes', `drill-${runId}-wt-${w++}`, { jurisdiction: 'DE', amount: { value: 10_000, currency: 'EUR' } }).catch(() => 0) }),
+      runOpenLoop({
+        rate: cardRate,
+        durationMs,
+        send: () => {
+          const j = w++
+          return warm(c.cardPool, '/v1/authorizations', `drill-${runId}-wc-${j}`, cardBody(j)).catch(() => 0)
+        },
+      }),
+      runOpenLoop({
+        rate: taxRate,
+        durationMs,
+        send: () => warm(c.taxPool, '/v1/tax/quotes', `drill-${runId}-wt-${w++}`, {
+          jurisdiction: 'DE',
+          amount: { value: 10_000, currency: 'EUR' },
+        }).catch(() => 0),
+      }),
     ])
   }
 }

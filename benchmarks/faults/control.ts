@@ -10,7 +10,9 @@ import { FAULT_DEFAULTS, FAULT_FILE_ENV, type CodeFault, type FaultControl } fro
 /** Compiles preload.ts to `<dir>/fault-preload.mjs`; returns its path. */
 export function compilePreload (dir: string): string {
   const src = fs.readFileSync(path.join(import.meta.dirname, 'preload.ts'), 'utf8')
-  const out = ts.transpileModule(src, { compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 } })
+  const out = ts.transpileModule(src, {
+    compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 },
+  })
   fs.mkdirSync(dir, { recursive: true })
   const file = path.join(dir, 'fault-preload.mjs')
   fs.writeFileSync(file, out.outputText)

@@ -66,7 +66,12 @@ if (file) {
   const read = (): void => {
     fs.readFile(file, 'utf8', (err, text) => {
       let fresh = false
-      if (!err) { try { control = { ...control, ...JSON.parse(text) as Partial<FaultControl> }; fresh = text !== acked } catch { /* a half-written file: next poll */ } }
+      if (!err) {
+        try {
+          control = { ...control, ...JSON.parse(text) as Partial<FaultControl> }
+          fresh = text !== acked
+        } catch { /* a half-written file: next poll */ }
+      }
       apply()
       if (fresh) { acked = text; fs.writeFile(`${file}.seen-${process.pid}`, text, () => {}) }
     })

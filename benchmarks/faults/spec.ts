@@ -23,7 +23,8 @@ export interface FaultControl {
 
 export const FAULT_FILE_ENV = 'WATERTIGHT_FAULT_FILE'
 
-export const FAULT_DEFAULTS: Readonly<Omit<FaultControl, 'fault' | 'since'>> = Object.freeze({ cpuMs: 20, blockMs: 500, blockEveryMs: 3_000, retainMb: 4 })
+export const FAULT_DEFAULTS: Readonly<Omit<FaultControl, 'fault' | 'since'>> =
+  Object.freeze({ cpuMs: 20, blockMs: 500, blockEveryMs: 3_000, retainMb: 4 })
 
 /** What each fault does, for help texts and report headers. */
 export function describeFault (f: FaultName, p: Omit<FaultControl, 'fault' | 'since'> = FAULT_DEFAULTS, heapMb?: number): string {

@@ -2,6 +2,7 @@
 // same way: throughput from a release to the moment the database shows every
 // job done (polled every 20 ms on a connection of its own), the most jobs ever
 // active at once from per-job start/end timestamps, and percentiles.
+import { setTimeout as sleep } from 'node:timers/promises'
 import type pg from 'pg'
 
 /**
@@ -15,7 +16,7 @@ export async function settle (db: pg.Pool, tables = ''): Promise<void> {
   await db.query('checkpoint')
 }
 
-export const sleep = (ms: number): Promise<void> => new Promise(r => setTimeout(r, ms))
+export { sleep }
 
 /**
  * Wait until `left(true)` is 0 (or the cap passes); returns the elapsed ms since
@@ -24,7 +25,9 @@ export const sleep = (ms: number): Promise<void> => new Promise(r => setTimeout(
  * every 20 ms took about 3 ms of a core each time, out of the run it measures);
  * the count itself, `left(false)`, only once the cap has passed.
  */
-export async function until (left: (probe: boolean) => Promise<number>, t0: number, capMs: number): Promise<{ ms: number, left: number }> {
+export async function until (
+  left: (probe: boolean) => Promise<number>, t0: number, capMs: number
+): Promise<{ ms: number, left: number }> {
   for (;;) {
     const n = await left(true)
     const ms = performance.now() - t0

@@ -11,7 +11,9 @@ import { updateQueue } from '../../shared/queue/admin.ts'
 import { fetchJobs, type Done } from '../../shared/queue/claim.ts'
 import { enqueue, enqueueMany } from '../../shared/queue/enqueue.ts'
 import { workerGone, workerSeen } from '../../shared/queue/workers.ts'
-import { concurrently, countRows, intervalsUs, maxOverlap, median, paced, percentile, settle, sleep, until, type Figures } from './measure.ts'
+import {
+  concurrently, countRows, intervalsUs, maxOverlap, median, paced, percentile, settle, sleep, until, type Figures,
+} from './measure.ts'
 
 export interface OursOptions {
   pool: pg.Pool
@@ -23,7 +25,10 @@ export interface OursOptions {
   /** Library claimers and their slots, unlimited run. */
   claimers: number
   claimerSlots: number
-  /** Worker processes' WORKER_SLOTS for the unlimited run (the limited run has 2 x limit: the fleet's default 20 for MaxWorkers 10, so the limit binds). */
+  /**
+   * Worker processes' WORKER_SLOTS for the unlimited run (the limited run has
+   * 2 x limit: the fleet's default 20 for MaxWorkers 10, so the limit binds).
+   */
   workerSlots: number
   latency: { jobs: number, rate: number }
   capMs: number
@@ -40,12 +45,20 @@ export interface OursOptions {
  * not what the ratio is about (an early run of a round read a third of the
  * others while rounds started on deleted rather than truncated rows).
  */
-async function alternated (o: OursOptions, equal: (n: number) => Promise<number>, limited: (n: number) => Promise<number>): Promise<Pick<Figures, 'unlimitedEqual' | 'limited' | 'equalRuns' | 'limitedRuns'>> {
+async function alternated (
+  o: OursOptions, equal: (n: number) => Promise<number>, limited: (n: number) => Promise<number>
+): Promise<Pick<Figures, 'unlimitedEqual' | 'limited' | 'equalRuns' | 'limitedRuns'>> {
   const warm = Math.max(100, Math.round(o.jobs / 10))
   await equal(warm); await limited(warm)
   const equalRuns: number[] = []; const limitedRuns: number[] = []
   for (let i = 0; i < o.pairs; i++) {
-    if (i % 2 === 0) { equalRuns.push(await equal(o.jobs)); limitedRuns.push(await limited(o.jobs)) } else { limitedRuns.push(await limited(o.jobs)); equalRuns.push(await equal(o.jobs)) }
+    if (i % 2 === 0) {
+      equalRuns.push(await equal(o.jobs))
+      limitedRuns.push(await limited(o.jobs))
+    } else {
+      limitedRuns.push(await limited(o.jobs))
+      equalRuns.push(await equal(o.jobs))
+    }
   }
   return { unlimitedEqual: median(equalRuns), limited: median(limitedRuns), equalRuns, limitedRuns }
 }
@@ -72,7 +85,10 @@ const activeIntervals = (pool: pg.Pool, q: string) => intervalsUs(pool,
   `select (extract(epoch from fetched_at) * 1e6)::bigint::text as s, (extract(epoch from finished_at) * 1e6)::bigint::text as e
      from jobs.jobs_archive where queue = $1`, [q])
 
-/** n new jobs on a queue, its jobs of the run before gone (a capped run may leave some): each run counts only its own. */
+/**
+ * n new jobs on a queue, its jobs of the run before gone (a capped run may
+ * leave some): each run counts only its own.
+ */
 const fresh = async (pool: pg.Pool, q: string, n: number): Promise<void> => {
   await pool.query('delete from jobs.jobs_hot where queue = $1', [q])
   await pool.query('delete from jobs.jobs_archive where queue = $1', [q])
@@ -81,7 +97,8 @@ const fresh = async (pool: pg.Pool, q: string, n: number): Promise<void> => {
 
 const settleJobs = (pool: pg.Pool): Promise<void> => settle(pool, 'jobs.jobs_hot, jobs.jobs_archive')
 
-const bulk = (pool: pg.Pool, q: string, n: number) => enqueueMany(pool, q, 'noop', Array.from({ length: n }, (_, i) => ({ payload: { i } })))
+const bulk = (pool: pg.Pool, q: string, n: number) =>
+  enqueueMany(pool, q, 'noop', Array.from({ length: n }, (_, i) => ({ payload: { i } })))
 
 /** Library claimers on one queue until n jobs are completed; jobs/s. */
 async function claimers (pool: pg.Pool, q: string, n: number, count: number, slots: number): Promise<number> {
@@ -137,11 +154,22 @@ interface Workers { procs: ChildProcess[], stop (): Promise<void> }
 async function startWorkers (o: OursOptions, queues: string[], n: number, slots: number): Promise<Workers> {
   const root = path.resolve(import.meta.dirname, '../..')
   const procs = Array.from({ length: n }, () => spawn(process.execPath, ['--import', 'tsx', 'services/worker/main.ts'], {
-    cwd: root, stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, DATABASE_URL: o.jobsUrl, WORKER_QUEUES: queues.join(','), WORKER_SLOTS: String(slots), WORKER_PORT: '0', WORKER_REPLICAS: String(n), LOG_LEVEL: 'info' },
+    cwd: root,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: {
+      ...process.env,
+      DATABASE_URL: o.jobsUrl,
+      WORKER_QUEUES: queues.join(','),
+      WORKER_SLOTS: String(slots),
+      WORKER_PORT: '0',
+      WORKER_REPLICAS: String(n),
+      LOG_LEVEL: 'info',
+    },
   }))
   const stop = async (): Promise<void> => {
-    await Promise.all(procs.map(p => p.exitCode !== null || p.signalCode !== null ? undefined : new Promise<void>(resolve => { p.once('exit', () => resolve()); p.kill('SIGTERM') })))
+    await Promise.all(procs.map(p => p.exitCode !== null || p.signalCode !== null
+      ? undefined
+      : new Promise<void>(resolve => { p.once('exit', () => resolve()); p.kill('SIGTERM') })))
   }
   try {
     await Promise.all(procs.map(p => new Promise<void>((resolve, reject) => {
@@ -149,8 +177,7 @@ async function startWorkers (o: OursOptions, queues: string[], n: number, slots:
       const timer = setTimeout(() => reject(new Error(`worker did not start:\n${lines.join('\n')}`)), 60_000)
       const on = (l: string): void => {
         if (lines.length < 50) lines.push(l)
-        if (l.includes('"worker started"')) { clearTimeout(timer); resolve() }
-        else if (/"level":(4|5)\d/.test(l)) o.log(`worker: ${l}`)
+        if (l.includes('"worker started"')) { clearTimeout(timer); resolve() } else if (/"level":(4|5)\d/.test(l)) o.log(`worker: ${l}`)
       }
       readline.createInterface({ input: p.stdout! }).on('line', on)
       readline.createInterface({ input: p.stderr! }).on('line', on)
@@ -191,7 +218,9 @@ export async function oursWorkers (o: OursOptions): Promise<Figures> {
   Object.assign(f, await alternated(o, async n => {
     await fresh(o.pool, Q.equal, n)
     const w = await startWorkers(o, [Q.equal], 2, Math.ceil(o.limit / 2))
-    try { return (await release(o, Q.equal, n)).jps } finally { await w.stop(); await updateQueue(o.pool, Q.equal, { paused: true }) }
+    try {
+      return (await release(o, Q.equal, n)).jps
+    } finally { await w.stop(); await updateQueue(o.pool, Q.equal, { paused: true }) }
   }, async n => {
     await fresh(o.pool, Q.limit, n)
     const w = await startWorkers(o, [Q.limit], 2, 2 * o.limit)

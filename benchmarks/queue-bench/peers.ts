@@ -113,7 +113,16 @@ export async function graphileWorker (o: PeerOptions): Promise<Figures> {
         if (record === 'latency') latencies.push(Date.now() - new Date(helpers.job.created_at).getTime())
       },
     },
-    preset: { worker: { connectionString: url, concurrentJobs: 24, maxPoolSize: 25, localQueue: { size: localQueue ? 500 : -1 }, completeJobBatchDelay: 0, failJobBatchDelay: 0 } },
+    preset: {
+      worker: {
+        connectionString: url,
+        concurrentJobs: 24,
+        maxPoolSize: 25,
+        localQueue: { size: localQueue ? 500 : -1 },
+        completeJobBatchDelay: 0,
+        failJobBatchDelay: 0,
+      },
+    },
   })
   let runner: Runner | undefined
   try {

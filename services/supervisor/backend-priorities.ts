@@ -13,7 +13,14 @@ import { createClient } from '../../shared/db/pool.ts'
 
 export interface BackendPriorities { stop (): Promise<void> }
 
-export function startBackendPriorities (o: { databaseUrl: string, niceByRole: Record<string, number>, everyMs: number, log (m: string): void }): BackendPriorities {
+export interface BackendPrioritiesOptions {
+  databaseUrl: string
+  niceByRole: Record<string, number>
+  everyMs: number
+  log (m: string): void
+}
+
+export function startBackendPriorities (o: BackendPrioritiesOptions): BackendPriorities {
   const roles = Object.keys(o.niceByRole).filter(r => o.niceByRole[r]! > 0)
   const reniced = new Map<number, number>()
   let warned = false

@@ -39,7 +39,10 @@ export class SupervisedChild {
 
   get pid (): number | undefined { return this.#proc?.pid }
   get restarts (): number { return this.#restarts }
-  get running (): boolean { const p = this.#proc; return p !== undefined && p.exitCode === null && p.signalCode === null }
+  get running (): boolean {
+    const p = this.#proc
+    return p !== undefined && p.exitCode === null && p.signalCode === null
+  }
 
   start (): void {
     this.#startedAt = Date.now()

@@ -16,7 +16,10 @@ function canListen (host: string, port: number): Promise<boolean> {
   })
 }
 
-/** The pid and command line holding a listening TCP port, from /proc (Linux); undefined elsewhere or when not visible. */
+/**
+ * The pid and command line holding a listening TCP port, from /proc (Linux);
+ * undefined elsewhere or when not visible.
+ */
 export function portHolder (port: number): { pid: number, command: string } | undefined {
   const inodes = new Set<string>()
   for (const file of ['/proc/net/tcp', '/proc/net/tcp6']) {

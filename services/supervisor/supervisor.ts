@@ -167,7 +167,8 @@ async function start (s: State): Promise<FleetUp> {
   const credentials = credentialsOf(plan, apiKey, demoCards)
   writeCredentials(credsFile, credentials)
   s.say(upMessage(s, credentials, credsFile))
-  return { credentials, credentialsFile: credsFile, pids: Object.fromEntries(s.children.map(c => [c.spec.name, c.pid])) }
+  const pids = Object.fromEntries(s.children.map(c => [c.spec.name, c.pid]))
+  return { credentials, credentialsFile: credsFile, pids }
 }
 
 // Several gateways must share the retry guard's counters, or a client spread
@@ -209,7 +210,15 @@ async function compiledFleet (s: State): Promise<string> {
 
 async function startDatabase (s: State, entry: string, secrets: LocalSecrets): Promise<Bootstrapped> {
   const compiledDaemon = path.join(path.dirname(entry), '../shared/db/embedded-daemon.js')
-  const db = await bootstrapDatabase({ dataDir: s.dataDir, port: s.cfg.PG_PORT, database: s.cfg.PG_DATABASE, secrets, databaseUrl: s.cfg.DATABASE_URL, log: s.say, compiledDaemon }).catch((err: unknown) => {
+  const db = await bootstrapDatabase({
+    dataDir: s.dataDir,
+    port: s.cfg.PG_PORT,
+    database: s.cfg.PG_DATABASE,
+    secrets,
+    databaseUrl: s.cfg.DATABASE_URL,
+    log: s.say,
+    compiledDaemon,
+  }).catch((err: unknown) => {
     // An embedded server that cannot start says why in one line; no stack trace.
     if (!isEmbeddedStartError(err)) return fail(s, `the database did not come up: ${(err as Error).message}`)
     s.sayError(err.message)
@@ -222,7 +231,8 @@ async function startDatabase (s: State, entry: string, secrets: LocalSecrets): P
 /** Lane-owned tools run as the fleet's own compiled commands: the supervisor imports no lane code. */
 function fleetTool (entry: string): Tool {
   const run = promisify(execFile)
-  return (name, args, env = {}) => run(process.execPath, [entry, name, ...args], { cwd: ROOT, env: { ...process.env, ...env } })
+  return (name, args, env = {}) =>
+    run(process.execPath, [entry, name, ...args], { cwd: ROOT, env: { ...process.env, ...env } })
 }
 
 async function seedDemoCards (tool: Tool, db: Bootstrapped): Promise<DemoCard[]> {
@@ -251,11 +261,15 @@ function planOf (s: State, p: Pick<Plan, 'entry' | 'db' | 'secrets' | 'keysFile'
 }
 
 // CPU is a shared resource too when the fleet shares cores: nice levels from the fleet table.
-const niceOf = (cfg: SupervisorConfig, name: string): number => cfg.CPU_PRIORITIES ? NICE[fleetProcess(name).priority] : 0
+const niceOf = (cfg: SupervisorConfig, name: string): number =>
+  cfg.CPU_PRIORITIES ? NICE[fleetProcess(name).priority] : 0
 const liveUrl = (name: string, url: string): string => url + fleetProcess(name).health.live
 // "fleet is up" waits for each process to be ready where it has a readiness
 // route: a lane is ready only once warm, so the first requests find it so.
-const readyUrl = (name: string, url: string): string => url + (fleetProcess(name).health.ready ?? fleetProcess(name).health.live)
+const readyUrl = (name: string, url: string): string => {
+  const { health } = fleetProcess(name)
+  return url + (health.ready ?? health.live)
+}
 
 /** Every child, in start order. */
 function childSpecs (p: Plan): Spec[] {
@@ -277,7 +291,8 @@ function laneSpec (p: Plan, n: LaneName): Spec {
 
 function workerSpec (p: Plan, lane: LaneName, i: number): Spec {
   return {
-    name: `worker-${lane}`, process: 'worker',
+    name: `worker-${lane}`,
+    process: 'worker',
     env: { DATABASE_URL: p.db.roleUrl(jobsRoleName()), [`${envPrefix(lane)}DATABASE_URL`]: p.db.roleUrl(laneLimits(lane).db.role), TAX_PROVIDER_URL: p.sandboxUrl, WORKER_QUEUES: LANE_QUEUES[lane].join(','), WORKER_PORT: String(p.cfg.WORKER_PORT + i), WORKER_REPLICAS: String(workerLanes.length) },
     healthUrl: readyUrl(`worker-${lane}`, `http://127.0.0.1:${p.cfg.WORKER_PORT + i}`),
     nice: niceOf(p.cfg, `worker-${lane}`),
@@ -286,9 +301,14 @@ function workerSpec (p: Plan, lane: LaneName, i: number): Spec {
 
 function gatewaySpec (p: Plan, g: Gateway): Spec {
   return {
-    name: g.name, process: 'gateway',
+    name: g.name,
+    process: 'gateway',
     env: {
-      GATEWAY_PORT: String(g.port), API_KEYS_FILE: p.keysFile, CARD_AUTH_URL: p.laneUrl['card-auth']!, FRAUD_URL: p.laneUrl.fraud!, TAX_URL: p.laneUrl.tax!,
+      GATEWAY_PORT: String(g.port),
+      API_KEYS_FILE: p.keysFile,
+      CARD_AUTH_URL: p.laneUrl['card-auth']!,
+      FRAUD_URL: p.laneUrl.fraud!,
+      TAX_URL: p.laneUrl.tax!,
       ...(p.cfg.REDIS_URL === '' ? {} : { REDIS_URL: p.cfg.REDIS_URL, GATEWAY_REPLICAS: String(p.cfg.GATEWAY_REPLICAS) }),
     },
     healthUrl: readyUrl('gateway', `http://127.0.0.1:${g.port}`),
@@ -299,10 +319,18 @@ function gatewaySpec (p: Plan, g: Gateway): Spec {
 /** The admin plane: loopback only, its own DB role, polling every process above. */
 function deckSpec (p: Plan): Spec {
   return {
-    name: 'deck', process: 'deck',
+    name: 'deck',
+    process: 'deck',
     env: {
-      DECK_PORT: String(p.cfg.DECK_PORT), DECK_HOST: '127.0.0.1', ADMIN_TOKEN: p.secrets.adminToken, DATABASE_URL: p.db.roleUrl(deckRoleName()),
-      CARD_AUTH_URL: p.laneUrl['card-auth']!, FRAUD_URL: p.laneUrl.fraud!, TAX_URL: p.laneUrl.tax!, GATEWAY_URL: p.gatewayUrl, TAX_SANDBOX_URL: p.sandboxUrl,
+      DECK_PORT: String(p.cfg.DECK_PORT),
+      DECK_HOST: '127.0.0.1',
+      ADMIN_TOKEN: p.secrets.adminToken,
+      DATABASE_URL: p.db.roleUrl(deckRoleName()),
+      CARD_AUTH_URL: p.laneUrl['card-auth']!,
+      FRAUD_URL: p.laneUrl.fraud!,
+      TAX_URL: p.laneUrl.tax!,
+      GATEWAY_URL: p.gatewayUrl,
+      TAX_SANDBOX_URL: p.sandboxUrl,
       WORKER_URLS: workerLanes.map((lane, i) => `worker-${lane}=http://127.0.0.1:${p.cfg.WORKER_PORT + i}`).join(','),
     },
     healthUrl: readyUrl('deck', p.deckUrl),
@@ -344,10 +372,12 @@ async function certify (s: State, tool: Tool, p: Plan): Promise<void> {
 // workers' shared role at the better of their lanes' levels.
 function startDatabasePriorities (s: State, db: Bootstrapped): void {
   if (!db.embedded || !s.cfg.CPU_PRIORITIES) return
-  const niceByRole: Record<string, number> = Object.fromEntries(LANE_NAMES.map(n => [laneLimits(n).db.role, NICE[LANE_DEFAULTS[n].priority]]))
+  const niceByRole: Record<string, number> =
+    Object.fromEntries(LANE_NAMES.map(n => [laneLimits(n).db.role, NICE[LANE_DEFAULTS[n].priority]]))
   niceByRole[jobsRoleName()] = Math.min(...workerLanes.map(l => NICE[LANE_DEFAULTS[l].priority]))
   niceByRole[deckRoleName()] = NICE.admin
-  s.stopBackendPriorities = startBackendPriorities({ databaseUrl: db.superUrl, niceByRole, everyMs: 2_000, log: s.say }).stop
+  const priorities = startBackendPriorities({ databaseUrl: db.superUrl, niceByRole, everyMs: 2_000, log: s.say })
+  s.stopBackendPriorities = priorities.stop
 }
 
 function credentialsOf (p: Plan, apiKey: string, demoCards: DemoCard[]): Credentials {

@@ -26,7 +26,8 @@ const args = ['--card-rate', '60', '--tax-rate', '30', '--storm-clients', '4', '
 t.test('npm run drill (short): the functional criteria pass and the report is complete', async t => {
   fs.rmSync(out, { recursive: true, force: true })
   const child = spawn(process.execPath, [...TS_LOADER, 'benchmarks/drill/main.ts', ...args], {
-    cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'],
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
     // The fleet's own CPU priorities (tax at nice 10) are on, as in production: the
     // lane reports how long a shed decision waited for a CPU, and the check takes
     // that wait out (it shows beside it in the report).

@@ -26,9 +26,13 @@ const tenantLine = f => {
   const who = f.by === 'client' ? 'API clients' : 'merchants'
   return el('div', { class: 'foot', 'data-role': 'tenants' },
     `${who} in flight: ${f.tenants} · shed over their share: ${f.shed}`,
-    ...(f.top.length ? [el('ol', { class: 'top-tenants' }, ...f.top.map((/** @type {any} */ x) =>
-      el('li', { 'data-tenant': x.tenant, class: x.held > x.share ? 'over' : '' }, `${x.tenant} · ${x.held} held${x.queued ? `, ${x.queued} queued` : ''} · share ${x.share}`)))] : []))
+    ...(f.top.length ? [topTenants(f.top)] : []))
 }
+
+/** The merchants (or clients) holding the most permits, the ones over their share marked. */
+const topTenants = (/** @type {any[]} */ top) => el('ol', { class: 'top-tenants' }, ...top.map(x =>
+  el('li', { 'data-tenant': x.tenant, class: x.held > x.share ? 'over' : '' },
+    `${x.tenant} · ${x.held} held${x.queued ? `, ${x.queued} queued` : ''} · share ${x.share}`)))
 
 /** @param {any} data */
 export function renderLanes (data) {

@@ -7,6 +7,13 @@ import { $ } from './dom.js'
 /** @type {any} */
 let chart = null
 
+/**
+ * A uPlot scale range from zero to a little over the highest point, never under `floor`.
+ * @param {number} floor
+ */
+const fromZero = floor => (/** @type {any} */ _u, /** @type {number} */ _min, /** @type {number} */ max) =>
+  [0, Math.max(floor, max * 1.1)]
+
 /** @param {any[]} points */
 export function renderTimeline (points) {
   const xs = points.map(p => p.t / 1000)
@@ -18,8 +25,9 @@ export function renderTimeline (points) {
   const UPlot = window.uPlot
   if (!chart) {
     chart = new UPlot({
-      width: Math.max(320, box.clientWidth), height: 240,
-      scales: { x: { time: true }, ms: { auto: true, range: (/** @type {any} */ _u, /** @type {number} */ _min, /** @type {number} */ max) => [0, Math.max(10, max * 1.1)] }, rps: { auto: true, range: (/** @type {any} */ _u, /** @type {number} */ _min, /** @type {number} */ max) => [0, Math.max(5, max * 1.1)] } },
+      width: Math.max(320, box.clientWidth),
+      height: 240,
+      scales: { x: { time: true }, ms: { auto: true, range: fromZero(10) }, rps: { auto: true, range: fromZero(5) } },
       series: [
         {},
         { label: 'card-auth p99 (ms)', scale: 'ms', stroke: '#58a6ff', width: 2, spanGaps: false },
