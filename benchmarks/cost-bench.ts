@@ -13,7 +13,18 @@
 // each rate's load alternated between the two gateways --rounds times. Its end
 // to end adds that gateway's Redis: gateway+redis + redis-server + card-auth +
 // pg:card_auth_ds.
+//
+// --tracing: the cost of tracing (shared/tracing.ts), in one run: three more
+// gateway and card-auth pairs beside the fleet's own, started alike with the
+// environment of the fleet's own (its role, its settings, its CPU priority),
+// each pointed at an OTLP sink of its own: one with tracing off, one sampling
+// 1% of traces, one all of them. Each rate's load is alternated between the
+// three --rounds times (the fleet's own pair stays idle: started by the
+// supervisor, it would not be alike). The sinks' CPU is reported, not
+// counted: the collector is not the fleet's.
 import { spawn, type ChildProcess } from 'node:child_process'
+import fs from 'node:fs'
+import os from 'node:os'
 import path from 'node:path'
 import pg from 'pg'
 import { Pool } from 'undici'
@@ -33,14 +44,44 @@ const { values: a } = parseFlags({
     'base-port': { type: 'string', default: '18480' },
     rows: { type: 'string', default: '200000' },
     redis: { type: 'boolean', default: false },
+    tracing: { type: 'boolean', default: false },
     rounds: { type: 'string', default: '2' },
   }
 })
 const rates = a.rates!.split(',').map(Number)
 const seconds = numberFlag(a, 'seconds', 1, 3_600)
 const rounds = numberFlag(a, 'rounds', 1, 20)
-const command = `npm run bench -- cost --rates ${a.rates} --seconds ${seconds}${a.redis ? ` --redis --rounds ${rounds}` : ''}${a.rows !== '200000' ? ` --rows ${a.rows}` : ''}${a['fleet-cpus'] ? ` --fleet-cpus ${a['fleet-cpus']}` : ''}${a['generator-cpus'] ? ` --generator-cpus ${a['generator-cpus']}` : ''}`
+if (a.redis && a.tracing) { console.error('cost: --redis or --tracing, not both'); process.exit(2) }
+const alternated = a.redis || a.tracing
+const command = `npm run bench -- cost --rates ${a.rates} --seconds ${seconds}${a.redis ? ` --redis --rounds ${rounds}` : ''}${a.tracing ? ` --tracing --rounds ${rounds}` : ''}${a.rows !== '200000' ? ` --rows ${a.rows}` : ''}${a['fleet-cpus'] ? ` --fleet-cpus ${a['fleet-cpus']}` : ''}${a['generator-cpus'] ? ` --generator-cpus ${a['generator-cpus']}` : ''}`
 const LANE_SIDE = ['card-auth', 'pg:card_auth_ds']
+
+// An OTLP/HTTP sink: answers every export at once and counts the spans in it.
+const SINK = `
+const http = require('node:http')
+let spans = 0
+http.createServer((req, res) => {
+  if (req.method === 'GET') { res.end(String(spans)); return }
+  const chunks = []
+  req.on('data', c => chunks.push(c))
+  req.on('end', () => {
+    try {
+      for (const rs of JSON.parse(Buffer.concat(chunks)).resourceSpans ?? []) {
+        for (const ss of rs.scopeSpans ?? []) spans += (ss.spans ?? []).length
+      }
+    } catch {}
+    res.writeHead(200, { 'content-type': 'application/json' }).end('{}')
+  })
+}).listen(Number(process.argv[1]), '127.0.0.1')`
+
+/** A process's environment, but the IPC channel its parent gave it. */
+function environOf (pid: number): Record<string, string> {
+  const pairs = fs.readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').filter(Boolean).map(kv => {
+    const i = kv.indexOf('=')
+    return [kv.slice(0, i), kv.slice(i + 1)] as const
+  })
+  return Object.fromEntries(pairs.filter(([k]) => !k.startsWith('NODE_CHANNEL_')))
+}
 
 /** The server's WAL so far (pg_stat_wal): bytes, and full-page images among them. */
 async function walNow (db: pg.Client): Promise<{ bytes: number, fpi: number, commits: number }> {
@@ -73,12 +114,23 @@ try {
   const tableNote = `card_auth.authorizations ${Number(table.n).toLocaleString('en')} rows (${table.size} with indexes) at the start, shared_buffers ${table.buffers}`
   console.log(tableNote)
 
-  interface Target { name: string, url: string, gateway: string, extra: string[], pool: Pool }
+  interface Target {
+    name: string
+    url: string
+    gateway: string
+    extra: string[]
+    /** The card-auth process and its backends. */
+    lane: string[]
+    pool: Pool
+    /** Spans its sink has received so far (a traced target). */
+    spans?: () => Promise<number>
+  }
   const targets: Target[] = [{
     name: 'memory',
     url: fleet.gatewayUrl,
     gateway: 'gateway',
     extra: [],
+    lane: LANE_SIDE,
     pool: new Pool(fleet.gatewayUrl, { connections: 256 }),
   }]
   const names: Record<number, string> = {}
@@ -113,7 +165,67 @@ try {
       if (i === 299) throw new Error('the gateway on Redis did not turn ready with its store up')
       await sleep(100)
     }
-    targets.push({ name: 'redis', url, gateway: 'gateway+redis', extra: ['redis-server'], pool: new Pool(url, { connections: 256 }) })
+    targets.push({ name: 'redis', url, gateway: 'gateway+redis', extra: ['redis-server'], lane: LANE_SIDE, pool: new Pool(url, { connections: 256 }) })
+  }
+  /**
+   * A gateway and a card-auth that trace at `ratio`, exporting to a sink of their
+   * own: each started with the environment of the fleet's own (the supervisor
+   * gave it: role, settings) and its CPU priority, on ports of their own.
+   */
+  async function tracedPipeline (
+    o: { name: string, ratio: number, basePort: number, gatewayPid: number, cardAuthPid: number }
+  ): Promise<Target> {
+    const sinkPort = o.basePort
+    const sink = spawn(process.execPath, ['-e', SINK, String(sinkPort)], { stdio: 'ignore' })
+    extra.push(sink)
+    names[sink.pid!] = `otlp-sink ${o.name}`
+    const otel = {
+      OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${sinkPort}`,
+      OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
+      OTEL_TRACES_SAMPLER_ARG: String(o.ratio),
+      // Room for a second of every span at 1,400/s: a full queue drops spans, which would read as cheap.
+      OTEL_BSP_MAX_QUEUE_SIZE: '65536',
+      OTEL_BSP_SCHEDULE_DELAY: '1000',
+      OTEL_BSP_MAX_EXPORT_BATCH_SIZE: '4096',
+      // Off: the same processes and settings, the SDK never loaded.
+      ...(o.ratio === 0 ? { OTEL_SDK_DISABLED: 'true' } : {}),
+    }
+    const like = (pid: number, label: string, env: Record<string, string>): ChildProcess => {
+      const [, ...args] = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean)
+      const p = spawn(process.execPath, args, { stdio: 'ignore', env: { ...environOf(pid), LOG_LEVEL: 'warn', ...otel, ...env } })
+      extra.push(p)
+      names[p.pid!] = label
+      os.setPriority(p.pid!, os.getPriority(pid))
+      return p
+    }
+    const cardPort = o.basePort + 1
+    like(o.cardAuthPid, `card-auth ${o.name}`, { CARD_AUTH_PORT: String(cardPort) })
+    const url = `http://127.0.0.1:${o.basePort + 2}`
+    like(o.gatewayPid, `gateway ${o.name}`, { GATEWAY_PORT: String(o.basePort + 2), CARD_AUTH_URL: `http://127.0.0.1:${cardPort}` })
+    for (let i = 0; ; i++) {
+      if (await fetch(`${url}/health/ready`).then(r => r.ok, () => false)) break
+      if (i === 600) throw new Error(`the gateway tracing ${o.name} did not turn ready`)
+      await sleep(100)
+    }
+    return {
+      name: o.ratio === 0 ? 'tracing off' : `trace ${o.name}`,
+      url,
+      gateway: `gateway ${o.name}`,
+      extra: [],
+      lane: [`card-auth ${o.name}`, 'pg:card_auth_ds'],
+      pool: new Pool(url, { connections: 256 }),
+      spans: async () => Number(await (await fetch(`http://127.0.0.1:${sinkPort}/`)).text()),
+    }
+  }
+  if (a.tracing) {
+    const own = await fleetProcesses(fleet.pid, db)
+    const pidOf = (label: string): number => [...own].find(([, l]) => l === label)![0]
+    let k = 0
+    for (const [name, ratio] of [['off', 0], ['1%', 0.01], ['100%', 1]] as const) {
+      const t = await tracedPipeline({ name, ratio, basePort: basePort + 30 + 4 * k++, gatewayPid: pidOf('gateway'), cardAuthPid: pidOf('card-auth') })
+      targets.push(t)
+    }
+    await targets.shift()!.pool.close()
   }
   // How many requests the gateway on Redis decided alone (its store out or over budget): a
   // figure for the shared store only means something when these are few.
@@ -122,7 +234,7 @@ try {
     const m = /^gateway_retry_guard_local_decisions_total(?:\{[^}]*\})? (\d+)/m.exec(await (await fetch(`${t.url}/metrics`)).text())
     return Number(m?.[1] ?? 0)
   }
-  const endToEnd = (t: Target): string[] => [t.gateway, ...t.extra, ...LANE_SIDE]
+  const endToEnd = (t: Target): string[] => [t.gateway, ...t.extra, ...t.lane]
   let n = 0
   const sender = (t: Target) => async (): Promise<number> => {
     const i = ++n
@@ -151,6 +263,7 @@ try {
     commits: number
     p50: number
     p99: number
+    spans: number
   }
   const runs = new Map<string, Run[]>()
   const columns: Array<{ key: string, rate: number, target: Target }> = []
@@ -160,7 +273,7 @@ try {
     }
   }
   for (const rate of rates) {
-    for (let round = 0; round < (a.redis ? rounds : 1); round++) {
+    for (let round = 0; round < (alternated ? rounds : 1); round++) {
       for (const t of targets) {
         await sleep(2_000)
         const procs = await fleetProcesses(fleet.pid, db, names)
@@ -170,13 +283,15 @@ try {
         const gen0 = cpuUs(process.pid)!
         const wal0 = await walNow(db)
         const alone0 = await decidedAlone(t)
+        const spans0 = await t.spans?.() ?? 0
         const r = await runOpenLoop({ rate, durationMs: seconds * 1000, send: sender(t) })
         const alone = (await decidedAlone(t)) - alone0
         const after = cpuByPid(procs)
         const sys1 = cpuByPid(procs, 'system')
         const gen1 = cpuUs(process.pid)!
-        await sleep(1_500) // the backends' statistics of the run's last second
+        await sleep(1_500) // the backends' statistics of the run's last second (and the last spans' export)
         const wal1 = await walNow(db)
+        const spans = (await t.spans?.() ?? 0) - spans0
         const s = summary(r.histogram)
         const run: Run = {
           alone,
@@ -192,6 +307,7 @@ try {
           commits: wal1.commits - wal0.commits,
           p50: s.p50Ms,
           p99: s.p99Ms,
+          spans,
         }
         const key = targets.length > 1 ? `${rate}/s ${t.name}` : `${rate}/s`
         runs.set(key, [...(runs.get(key) ?? []), run])
@@ -222,13 +338,19 @@ try {
   }
   console.log(`\n${command}`)
   console.log(`${new Date().toISOString()}, commit ${gitCommit()}, ${machine({ kernel: true })}; fleet cpus ${fleet.pinned ?? 'all'}, generator cpus ${a['generator-cpus'] ?? 'all'}`)
-  console.log(`POST /v1/authorizations through the gateway, open loop; CPU from /proc/<pid>/stat (utime+stime) over each run, divided by the answers${a.redis ? `; memory and redis alternated, ${rounds} rounds of ${seconds} s each, summed` : ''}; ${tableNote}.\n`)
+  const alternation = alternated ? `; ${targets.map(t => t.name).join(', ')} alternated, ${rounds} rounds of ${seconds} s each, summed` : ''
+  console.log(`POST /v1/authorizations through the gateway, open loop; CPU from /proc/<pid>/stat (utime+stime) over each run, divided by the answers${alternation}; ${tableNote}.\n`)
   console.log(`| CPU µs per authorization | ${columns.map(c => c.key).join(' | ')} |`)
   console.log(`|---|${columns.map(() => '---:').join('|')}|`)
-  console.log(`| **end to end: ${a.redis ? 'gateway (+ redis-server) ' : 'gateway '}+ card-auth + pg:card_auth_ds** | ${columns.map(c => `**${e2eOf(c).toFixed(0)}**`).join(' | ')} |`)
-  if (a.redis) {
-    console.log(`| **end to end, redis / memory** | ${columns.map(c => c.target.name === 'redis' ? `**${(e2eOf(c) / e2eOf(columns.find(m => m.rate === c.rate && m.target.name === 'memory')!)).toFixed(3)}x**` : '1').join(' | ')} |`)
+  console.log(`| **end to end: ${a.redis ? 'gateway (+ redis-server) ' : 'gateway '}+ card-auth + pg:card_auth_ds${a.tracing ? ' (each target\'s own)' : ''}** | ${columns.map(c => `**${e2eOf(c).toFixed(0)}**`).join(' | ')} |`)
+  if (alternated) {
+    const base = targets[0]!
+    const ratio = (c: typeof columns[number]): string => c.target === base
+      ? '1'
+      : `**${(e2eOf(c) / e2eOf(columns.find(m => m.rate === c.rate && m.target === base)!)).toFixed(3)}x**`
+    console.log(`| **end to end, against ${base.name}** | ${columns.map(ratio).join(' | ')} |`)
   }
+  if (a.tracing) console.log(`| spans exported per authorization | ${columns.map(c => c.target.spans ? per(c.key, r => r.spans).toFixed(2) : '—').join(' | ')} |`)
   for (const l of labels) console.log(`| ${l} | ${columns.map(c => `${cell(cpuOf(c.key, l))}${endToEnd(c.target).includes(l) ? ` (kernel ${cell(cpuOf(c.key, l, 'sys'))})` : ''}`).join(' | ')} |`)
   console.log(`| whole fleet | ${columns.map(c => per(c.key, r => [...r.cpu.values()].reduce((x, y) => x + y, 0)).toFixed(0)).join(' | ')} |`)
   console.log(`| load generator (this process) | ${columns.map(c => per(c.key, r => r.generator).toFixed(0)).join(' | ')} |`)

@@ -7,6 +7,7 @@ import swagger from '@fastify/swagger'
 import underPressure from '@fastify/under-pressure'
 import client from 'prom-client'
 import { createHttpApp } from '../shared/http-app.ts'
+import { distrustCallerTraceContext, registerHttpTracing } from '../shared/tracing.ts'
 import { problemReply } from '../shared/problem.ts'
 import { AppError } from '../shared/errors.ts'
 import { LATENCY_BUCKETS, createRegistry } from '../shared/metrics.ts'
@@ -40,10 +41,14 @@ export interface GatewayConfig {
   sharedStore?: { url: string, budgetMs: number, replicas: number }
   /** Shed answers keep the lane's Server-Timing and get the gateway's (proxy.ts); off: stripped. */
   serverTiming?: boolean
+  /** A caller's traceparent: continued (default), or a new trace linked to it. */
+  traceparent?: 'continue' | 'restart'
 }
 
 export async function buildApp (cfg: GatewayConfig) {
   const app = createHttpApp({ logger: cfg.logger })
+  if (cfg.traceparent === 'restart') distrustCallerTraceContext(app)
+  registerHttpTracing(app)
   const registry = createRegistry('gateway')
   const ejected = new client.Counter({ name: 'gateway_upstream_ejections_total', help: 'Lane replicas taken out of rotation after a transport error', labelNames: ['lane'], registers: [registry] })
   for (const lane of Object.keys(cfg.limits)) ejected.inc({ lane }, 0)

@@ -34,6 +34,9 @@ export const GATEWAY_ENV = Type.Object({
   // Shed answers' internal timings (Server-Timing) passed to clients: for drills
   // and benchmarks, off for the public API.
   GATEWAY_SERVER_TIMING: Type.Union([Type.Literal('off'), Type.Literal('on')], { default: 'off' }),
+  // A caller's W3C traceparent, when tracing is on (shared/tracing.ts): continued,
+  // or a new trace linked to it (callers not trusted with the fleet's traces).
+  GATEWAY_TRACEPARENT: Type.Union([Type.Literal('continue'), Type.Literal('restart')], { default: 'continue' }),
   // The retry guard's counters in Redis, shared by every gateway replica
   // (gateway/guard-store.ts); empty: in this process only.
   REDIS_URL: Type.String({ default: '', pattern: '^(rediss?://.+)?$' }),

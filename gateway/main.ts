@@ -1,6 +1,7 @@
 import { loadConfig } from '../shared/config.ts'
 import { onShutdown } from '../shared/lifecycle.ts'
 import { loggerOptions } from '../shared/http-app.ts'
+import { startTracing } from '../shared/tracing.ts'
 import { LANE_NAMES, laneLimits, type LaneLimits, type LaneName } from '../shared/lanes.ts'
 import { buildApp } from './app.ts'
 import { fileKeySource } from './auth.ts'
@@ -10,6 +11,7 @@ import { GatewayWarmUp } from './warm-up.ts'
 import type { AddressInfo } from 'node:net'
 
 const cfg = loadConfig(GATEWAY_ENV, process.env)
+await startTracing('gateway')
 
 const limits = Object.fromEntries(LANE_NAMES.map(n => [n, laneLimits(n)])) as Record<LaneName, LaneLimits>
 // An unreadable key file is logged here once per problem, before the app's logger exists.
@@ -41,6 +43,7 @@ const { app, upstreams } = await buildApp({
   logger: loggerOptions('gateway'),
   warmUp,
   serverTiming: cfg.GATEWAY_SERVER_TIMING === 'on',
+  traceparent: cfg.GATEWAY_TRACEPARENT,
   ...(cfg.REDIS_URL === '' ? {} : { sharedStore: { url: cfg.REDIS_URL, budgetMs: cfg.RETRY_STORE_BUDGET_MS, replicas: cfg.GATEWAY_REPLICAS } }),
 })
 // Node's default backlog is 511: clients opening connections in a burst while the

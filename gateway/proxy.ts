@@ -15,6 +15,7 @@ import { WARM_UP_HEADER } from '../shared/lane-kit/warm-up.ts'
 import { ROUTES, type RouteSpec } from './classify.ts'
 import type { Replica } from './replica-set.ts'
 import { LANE_ANSWER_MAX_BYTES, type Upstream } from './upstreams.ts'
+import { clientSpan, endClientSpan, failed } from '../shared/tracing.ts'
 
 // Hop-by-hop and internal headers never cross the gateway.
 const DROP_RESPONSE = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length', 'x-request-id'])
@@ -182,11 +183,13 @@ async function proxy (
   let gone = false
   const onClose = (): void => { if (!reply.raw.writableFinished) { gone = true; call.cancel() } }
   reply.raw.on('close', onClose)
+  const headers: Record<string, string> = {
+    'x-request-id': req.id,
+    'x-client-id': (req as FastifyRequest & { clientId: string }).clientId,
+  }
+  // The hop to the lane, when tracing is on: its traceparent makes the lane's spans children of this one.
+  const span = clientSpan(`lane ${up.lane}`, { 'watertight.lane': up.lane }, headers)
   try {
-    const headers: Record<string, string> = {
-      'x-request-id': req.id,
-      'x-client-id': (req as FastifyRequest & { clientId: string }).clientId,
-    }
     const key = req.headers['idempotency-key']
     if (typeof key === 'string') headers['idempotency-key'] = key
     // Only the gateway's own warm-up marks a request so; a client's header of that name is never passed on.
@@ -208,6 +211,8 @@ async function proxy (
       res = await callReplica(up, replica, opts, call)
     }
     up.reachable = true
+    span?.setAttribute('server.address', replica.address)
+    endClientSpan(span, res.status)
     for (const k in res.headers) {
       const v = res.headers[k]
       if (v !== undefined && !DROP_RESPONSE.has(k) && k !== 'server-timing') reply.header(k, v)
@@ -221,6 +226,8 @@ async function proxy (
     if (serverTiming && typeof timing === 'string') reply.header('server-timing', `${timing}, gateway;dur=${reply.elapsedTime.toFixed(3)}`)
     return reply.code(res.status).send(res.body)
   } catch (err) {
+    failed(span, err)
+    span?.end()
     if (gone) return reply.hijack()
     const code = (err as { code?: string }).code ?? 'error'
     if (code === 'UND_ERR_RES_EXCEEDED_MAX_SIZE') {

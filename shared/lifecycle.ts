@@ -4,6 +4,7 @@
 // than the grace period the process exits anyway. The supervisor sends SIGKILL
 // to a child that is still there SUPERVISOR_KILL_AFTER_MS after its SIGTERM, so
 // a child's own grace period always ends first.
+import { stopTracing } from './tracing.ts'
 import closeWithGrace from 'close-with-grace'
 
 /** How long a process may take to drain before it exits regardless. */
@@ -43,6 +44,8 @@ export function onShutdown (log: ShutdownLog, close: () => Promise<unknown>, gra
     if (err) log.error({ err }, 'uncaught error; draining and exiting')
     else log.info({ reason: signal ?? (manual ? 'supervisor gone' : 'event loop empty') }, 'draining')
     await close()
+    // The spans still queued go out (within the exporter's timeout and the grace period).
+    await stopTracing()
   })
   // Started by the supervisor (an IPC channel): when it is gone, so are we.
   closeNow = h.close

@@ -13,6 +13,7 @@ import { CHILD_NAMES, nodeArgsVar, SUPERVISOR_ENV } from '../services/supervisor
 import { TAX_ENV, TAX_RECONCILE_ENV } from '../services/tax/config.ts'
 import { WORKER_ENV } from '../services/worker/config.ts'
 import { LANE_DEFAULTS, LANE_NAMES, LANE_QUEUES, laneSchema } from '../shared/lanes.ts'
+import { TRACING_SCHEMA } from '../shared/tracing.ts'
 
 const doc = fs.readFileSync(new URL('../docs/operations.md', import.meta.url), 'utf8')
 
@@ -98,6 +99,7 @@ t.test('gateway', async t => { checkSection(t, 'Gateway', [GATEWAY_ENV]) })
 t.test('tax and fraud lanes', async t => { checkSection(t, 'Tax lane', [TAX_ENV, TAX_RECONCILE_ENV, FRAUD_ENV]) })
 t.test('worker', async t => { checkSection(t, 'Worker', [WORKER_ENV]) })
 t.test('deck', async t => { checkSection(t, 'Deck', [DECK_ENV]) })
+t.test('tracing', async t => { checkSection(t, 'Tracing', [TRACING_SCHEMA]) })
 
 t.test('supervisor, and one FLEET_NODE_ARGS_<CHILD> per child', async t => {
   const perChild = CHILD_NAMES.map(nodeArgsVar)

@@ -219,6 +219,7 @@ t.test('a start that fails ends the process with one line, exit code 1, no stack
     { what: 'a breaker of worker-tax that could never open', args: ['worker'], env: workerEnv(db.roleUrl(jobsRole), { WORKER_QUEUES: 'tax-reconcile', TAX_DATABASE_URL: db.laneUrl('tax'), TAX_RECONCILE_BREAKER_MIN_CALLS: '50' }), code: 'ERR_CONFIG_INVALID', says: /TAX_RECONCILE_BREAKER_MIN_CALLS \(50\) must not exceed TAX_RECONCILE_BREAKER_WINDOW_CALLS \(5\)/ },
     { what: 'a fairness weight of 0', args: ['card-auth'], env: { ...db.env, DATABASE_URL: db.laneUrl('card-auth'), CARD_AUTH_PORT: '0', CARD_AUTH_FAIR_WEIGHTS: 'm_gold=4,m_off=0' }, code: 'ERR_CONFIG_INVALID', says: /CARD_AUTH_FAIR_WEIGHTS gives m_off a weight of 0: a weight must be above 0/ },
     { what: 'a fairness reserve of every permit', args: ['fraud'], env: { ...db.env, DATABASE_URL: db.laneUrl('fraud'), FRAUD_PORT: '0', FRAUD_FAIR_RESERVE: '30' }, code: 'ERR_CONFIG_INVALID', says: /FRAUD_FAIR_RESERVE \(30\) must be below FRAUD_PERMITS \(30\)/ },
+    { what: 'a tracing sampler that does not exist', args: ['card-auth'], env: { ...db.env, DATABASE_URL: db.laneUrl('card-auth'), CARD_AUTH_PORT: '0', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:9', OTEL_TRACES_SAMPLER: 'sometimes' }, code: 'ERR_CONFIG_INVALID', says: /OTEL_TRACES_SAMPLER/ },
     { what: 'a port in use', args: ['tax-sandbox'], env: { TAX_SANDBOX_PORT: heldPort }, code: 'ERR_PORT_IN_USE', says: new RegExp(`port ${heldPort} is already in use \\(TAX_SANDBOX_PORT\\)`) },
   ]
   for (const c of cases) {

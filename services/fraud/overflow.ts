@@ -19,6 +19,8 @@ export interface QueuedScreening {
   ipCountry: string | null
   billingCountry: string | null
   response: { id: string, mode: 'async', status: 'queued' }
+  /** The W3C traceparent of the request, for its job's span (null when not traced). */
+  traceparent?: string | null
 }
 
 export interface StoredScreening { fingerprint: string, response: { id: string, mode?: string }, inserted: boolean }
@@ -31,8 +33,8 @@ export interface StoredScreening { fingerprint: string, response: { id: string, 
 // in jobs.enqueue_keys for good for every queued screening).
 const WRITE_BATCH = `
   with input as (
-    select * from unnest($1::int[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::text[], $10::text[], $11::text[], $12::jsonb[])
-      as t(ord, id, client_id, idempotency_key, fingerprint, card_token, merchant_id, amount, currency, ip_country, billing_country, response)
+    select * from unnest($1::int[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::text[], $10::text[], $11::text[], $12::jsonb[], $13::text[])
+      as t(ord, id, client_id, idempotency_key, fingerprint, card_token, merchant_id, amount, currency, ip_country, billing_country, response, traceparent)
   ), ins as (
     insert into fraud.screenings (id, client_id, idempotency_key, fingerprint, card_token, merchant_id, amount, currency, ip_country, billing_country, mode, status, response)
     select id, client_id, idempotency_key, fingerprint, card_token, merchant_id, amount, currency, ip_country, billing_country, 'async', 'queued', response
@@ -41,7 +43,8 @@ const WRITE_BATCH = `
     returning id
   ), jobs as (
     select count(*) as n from jobs.enqueue_many('${QUEUES.fraudAsync}', '${JOB_NAMES.fraudScore}',
-      array(select jsonb_build_object('screeningId', i.id) from input i join ins using (id) order by i.ord),
+      array(select jsonb_strip_nulls(jsonb_build_object('screeningId', i.id, 'traceparent', i.traceparent))
+              from input i join ins using (id) order by i.ord),
       null, 0, 0, 10)
   )
   select i.ord, ins.id is not null as inserted from input i left join ins using (id) cross join jobs order by i.ord`
@@ -64,7 +67,7 @@ export function screeningWriter (
       const col = <K extends keyof QueuedScreening>(k: K) => ss.map(s => s[k])
       const { rows } = await c.query<{ ord: number, inserted: boolean }>({ name: 'fraud-write-batch', text: WRITE_BATCH }, [
         ss.map((_s, i) => i), col('id'), col('clientId'), col('key'), col('fingerprint'), col('cardToken'), col('merchantId'), col('amount'), col('currency'),
-        col('ipCountry'), col('billingCountry'), ss.map(s => JSON.stringify(s.response))])
+        col('ipCountry'), col('billingCountry'), ss.map(s => JSON.stringify(s.response)), col('traceparent')])
       return withReplays<StoredScreening['response']>(c, ss, rows.map(r => r.inserted), TAKEN)
     },
   })

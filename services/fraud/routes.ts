@@ -16,6 +16,7 @@ import { clientIdOf, fingerprint, idempotencyKeyOf, replay } from '../../shared/
 import { cardHistory } from './history.ts'
 import { score, type ScoringWeights } from './scoring.ts'
 import type { ScreeningWriter } from './overflow.ts'
+import { annotate, traceCarrier } from '../../shared/tracing.ts'
 
 const statusOf = (response: { mode?: string }): number => (response.mode === 'async' ? 202 : 200)
 
@@ -70,11 +71,13 @@ export function fraudRoutes (weights: ScoringWeights, writer: ScreeningWriter) {
           ipCountry: body.ipCountry ?? null,
           billingCountry: body.billingCountry ?? null,
           response: { id, mode: 'async', status: 'queued' },
+          traceparent: traceCarrier()?.traceparent ?? null,
         })
       } catch (err) {
         throw saturated(`fraud lane saturated and the screening could not be queued (${(err as Error).message})`)
       }
-      return answer(stored, fp, stored.inserted)
+      annotate({ 'watertight.fraud.mode': 'async' })
+      return { ...answer(stored, fp, stored.inserted), outcome: 'overflowed' }
     }
 
     app.post('/v1/fraud/screenings', { schema: { body: ScreeningRequest } }, kit.admitted(async (req: FastifyRequest, exec) => {

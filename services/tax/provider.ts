@@ -4,6 +4,7 @@
 // permit nor a socket past it.
 import type { Pool } from 'undici'
 import { AppError } from '../../shared/errors.ts'
+import { clientSpan, failed } from '../../shared/tracing.ts'
 
 export interface ProviderQuote { jurisdiction: string, rate: number, tax: number }
 
@@ -14,15 +15,32 @@ export class ProviderError extends Error {
   constructor (kind: ProviderFailure, message: string) { super(message); this.name = 'ProviderError'; this.kind = kind }
 }
 
-export async function quoteFromProvider (
-  pool: Pool,
-  body: { jurisdiction: string, amount: { value: number, currency: string } },
-  opts: { deadlineMs: number, signals: AbortSignal[] }
+type QuoteBody = { jurisdiction: string, amount: { value: number, currency: string } }
+type QuoteOptions = { deadlineMs: number, signals: AbortSignal[] }
+
+/** A quote from the provider; traced as a client span when tracing is on (its traceparent sent along). */
+export async function quoteFromProvider (pool: Pool, body: QuoteBody, opts: QuoteOptions): Promise<ProviderQuote> {
+  const headers: Record<string, string> = { 'content-type': 'application/json' }
+  const attributes = { 'watertight.dependency': 'tax-provider', 'watertight.deadline_ms': opts.deadlineMs }
+  const span = clientSpan('tax provider quote', attributes, headers)
+  try {
+    return await ask(pool, body, opts, headers)
+  } catch (err) {
+    failed(span, err)
+    span?.setAttribute('watertight.provider.failure', err instanceof ProviderError ? err.kind : 'stopped')
+    throw err
+  } finally {
+    span?.end()
+  }
+}
+
+async function ask (
+  pool: Pool, body: QuoteBody, opts: QuoteOptions, headers: Record<string, string>
 ): Promise<ProviderQuote> {
   const deadline = AbortSignal.timeout(opts.deadlineMs)
   const signal = AbortSignal.any([deadline, ...opts.signals])
   try {
-    const res = await pool.request({ method: 'POST', path: '/v1/rates/quote', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal })
+    const res = await pool.request({ method: 'POST', path: '/v1/rates/quote', headers, body: JSON.stringify(body), signal })
     const json = await res.body.json() as Record<string, unknown>
     if (res.statusCode === 422 || json.code === 'ERR_UNKNOWN_JURISDICTION') throw new ProviderError('unknown_jurisdiction', String(json.detail ?? 'unknown jurisdiction'))
     if (res.statusCode !== 200) throw new ProviderError('error', `provider answered ${res.statusCode}`)

@@ -18,6 +18,7 @@ import { send } from '../../shared/lane-kit/admission.ts'
 import { BreakerOpenError, type DependencyBreaker } from '../../shared/breaker.ts'
 import { ProviderError, providerFailure, quoteFromProvider } from './provider.ts'
 import { quoteRecord, storeQuote, storeShedQuote, type QuoteSource } from './store-quote.ts'
+import { annotate } from '../../shared/tracing.ts'
 
 type CompensationWriter = Parameters<typeof storeShedQuote>[0]
 
@@ -62,6 +63,8 @@ export function taxRoutes (opts: TaxRouteOptions) {
       const record = quoteRecord(req, { source: 'compensation', rate: c.rate, tableVersion: c.tableVersion, reason: why })
       const r = exec ? await storeQuote(exec, record) : await storeShedQuote(opts.writer, record)
       r.headers = { ...r.headers, 'x-tax-compensation': why }
+      r.outcome = 'compensated'
+      annotate({ 'watertight.tax.compensation': why })
       return r
     }
 

@@ -15,6 +15,7 @@ import type { LaneResult } from '../../shared/lane-kit/admission.ts'
 import type { Execution } from '../../shared/lane-kit/execution.ts'
 import { clientIdOf, fingerprint, idempotencyKeyOf, replay } from '../../shared/lane-kit/request-context.ts'
 import { JOB_NAMES, QUEUES } from '../../shared/queue/job-types.ts'
+import { traceCarrier } from '../../shared/tracing.ts'
 
 export type QuoteSource = { source: 'provider', rate: number } | { source: 'compensation', rate: number, tableVersion: string, reason: string }
 
@@ -34,6 +35,8 @@ export interface QuoteRecord {
   tableVersion: string | null
   reason: string | null
   response: Record<string, unknown>
+  /** The W3C traceparent of the request, for its reconcile job's span (null when not traced). */
+  traceparent?: string | null
 }
 
 interface Stored { fingerprint: string, response: unknown, inserted: boolean }
@@ -57,6 +60,7 @@ export function quoteRecord (req: FastifyRequest, q: QuoteSource): QuoteRecord {
     source: q.source,
     tableVersion,
     reason: q.source === 'compensation' ? q.reason : null,
+    traceparent: traceCarrier()?.traceparent ?? null,
     response: {
       id,
       jurisdiction: body.jurisdiction,
@@ -111,7 +115,9 @@ const quoteValues = (r: QuoteRecord): unknown[] => [
   r.id, r.clientId, r.key, r.fingerprint, r.jurisdiction, r.amount, r.currency,
   r.rate, r.tax, r.total, r.source, r.tableVersion, r.response,
 ]
-const compensatedValues = (r: QuoteRecord): unknown[] => [...quoteValues(r), { quoteId: r.id, reason: r.reason }]
+const compensatedValues = (r: QuoteRecord): unknown[] => [
+  ...quoteValues(r), { quoteId: r.id, reason: r.reason, ...(r.traceparent ? { traceparent: r.traceparent } : {}) },
+]
 
 // One statement writes the batch's quotes and, for those that were new, their
 // reconcile jobs (jobs.enqueue_many: one NOTIFY for the lot; no enqueue keys, as
@@ -121,8 +127,9 @@ const compensatedValues = (r: QuoteRecord): unknown[] => [...quoteValues(r), { q
 const WRITE_BATCH = `
   with input as (
     select * from unnest($1::int[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[],
-                         $9::numeric[], $10::bigint[], $11::bigint[], $12::text[], $13::jsonb[], $14::text[])
-      as t(ord, id, client_id, idempotency_key, fingerprint, jurisdiction, amount, currency, rate, tax, total, table_version, response, reason)
+                         $9::numeric[], $10::bigint[], $11::bigint[], $12::text[], $13::jsonb[], $14::text[], $15::text[])
+      as t(ord, id, client_id, idempotency_key, fingerprint, jurisdiction, amount, currency, rate, tax, total, table_version,
+           response, reason, traceparent)
   ), ins as (
     insert into tax.quotes (${QUOTE_COLUMNS})
     select id, client_id, idempotency_key, fingerprint, jurisdiction, amount, currency, rate, tax, total, 'compensation', table_version, response
@@ -131,7 +138,8 @@ const WRITE_BATCH = `
     returning id
   ), jobs as (
     select count(*) as n from jobs.enqueue_many('${QUEUES.taxReconcile}', '${JOB_NAMES.taxReconcile}',
-      array(select jsonb_build_object('quoteId', i.id, 'reason', i.reason) from input i join ins using (id) order by i.ord),
+      array(select jsonb_strip_nulls(jsonb_build_object('quoteId', i.id, 'reason', i.reason, 'traceparent', i.traceparent))
+              from input i join ins using (id) order by i.ord),
       null, 0, 0, 20)
   )
   select i.ord, ins.id is not null as inserted from input i left join ins using (id) cross join jobs order by i.ord`
@@ -157,7 +165,8 @@ export function compensationWriter (
       const col = <K extends keyof QuoteRecord>(k: K) => rs.map(r => r[k])
       const { rows } = await c.query<{ ord: number, inserted: boolean }>({ name: 'tax-write-batch', text: WRITE_BATCH }, [
         rs.map((_r, i) => i), col('id'), col('clientId'), col('key'), col('fingerprint'), col('jurisdiction'), col('amount'), col('currency'),
-        col('rate'), col('tax'), col('total'), col('tableVersion'), rs.map(r => JSON.stringify(r.response)), col('reason')])
+        col('rate'), col('tax'), col('total'), col('tableVersion'), rs.map(r => JSON.stringify(r.response)), col('reason'),
+        col('traceparent')])
       return withReplays<unknown>(c, rs, rows.map(r => r.inserted), TAKEN)
     },
   })

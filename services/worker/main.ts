@@ -20,8 +20,10 @@ import type { JobLog, JobType } from '../../shared/queue/job-types.ts'
 import { Worker } from './runner.ts'
 import { failStart } from '../../shared/start-failure.ts'
 import { treePath } from '../../shared/tree.ts'
+import { startTracing } from '../../shared/tracing.ts'
 
 const cfg = loadConfig(WORKER_ENV, process.env)
+await startTracing('worker')
 // WORKER_PRESSURE_MAX_EVENT_LOOP_DELAY_MS / _UTILIZATION / _HEAP_BYTES / _RSS_BYTES
 const pressure = pressureLimits('WORKER_')
 const { values } = parseArgs({ options: { queues: { type: 'string' } }, strict: false })

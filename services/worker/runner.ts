@@ -32,6 +32,7 @@ import { rescueZombies, strandedZombies, type StrandedZombies } from '../../shar
 import { workerGone, workerSeen } from '../../shared/queue/workers.ts'
 import type { Job } from '../../shared/queue/types.ts'
 import type { JobType } from '../../shared/queue/job-types.ts'
+import { inCarriedSpan, SpanKind } from '../../shared/tracing.ts'
 
 export interface WorkerOptions {
   pool: pg.Pool
@@ -235,7 +236,9 @@ export class Worker extends EventEmitter {
         return await fail(this.#o.pool, job.id, job.lease!, `no handler for job type ${job.type} in worker ${this.id}`, { fatal: true, ...this.#o.backoff })
       }
       const db = type.lane ? this.#o.lanePools?.[type.lane] : undefined
-      result = await type.run(job.payload, { signal: ac.signal, job, db })
+      const attributes = { 'watertight.job.id': job.id, 'watertight.job.queue': job.queue, 'watertight.job.attempt': job.attempts }
+      result = await inCarriedSpan(`job ${job.type}`, job.payload, { kind: SpanKind.CONSUMER, attributes },
+        () => type.run(job.payload, { signal: ac.signal, job, db }))
     } catch (err) {
       entry.executing = false
       try {

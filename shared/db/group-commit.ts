@@ -31,6 +31,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import { cancellationOf, type Cancellation } from '../cancellation.ts'
 import { destroySocket } from './destroy-socket.ts'
+import { failed, openSpan, withinSpan, type Span } from '../tracing.ts'
 
 export interface GroupCommitOptions<I, O> {
   name: string
@@ -92,7 +93,14 @@ export class GroupCommitFull extends Error {
   constructor (name: string) { super(`${name}: too many writes waiting`); this.name = 'GroupCommitFull' }
 }
 
-interface Pending<I, O> { item: I, resolve (o: O): void, reject (e: unknown): void, aborted?: boolean }
+interface Pending<I, O> {
+  item: I
+  resolve (o: O): void
+  reject (e: unknown): void
+  aborted?: boolean
+  /** The caller's wait for its batch, when tracing is on. */
+  span?: Span
+}
 
 export class GroupCommit<I, O> {
   readonly #o: Required<Omit<GroupCommitOptions<I, O>, 'log' | 'rehearsal'>> & Pick<GroupCommitOptions<I, O>, 'log' | 'rehearsal'>
@@ -122,10 +130,18 @@ export class GroupCommit<I, O> {
     if (this.#queue.length >= this.#o.maxPending) return Promise.reject(new GroupCommitFull(this.#o.name))
     return new Promise<O>((resolve, reject) => {
       const p: Pending<I, O> = { item, resolve, reject }
+      const span = openSpan(`${this.#o.name} wait`, { attributes: { 'watertight.writer': this.#o.name } })
+      if (span) {
+        p.span = span
+        p.resolve = o => { span.end(); resolve(o) }
+        p.reject = e => { failed(span, e); span.end(); reject(e) }
+      }
       if (signal) {
+        const done = p.resolve
+        const fail = p.reject
         const off = signal.onAbort(reason => { this.#abandon(p, reason) })
-        p.resolve = o => { off(); resolve(o) }
-        p.reject = e => { off(); reject(e) }
+        p.resolve = o => { off(); done(o) }
+        p.reject = e => { off(); fail(e) }
       }
       if (this.#queue.length === 0) this.#oldestAt = performance.now()
       this.#queue.push(p)
@@ -168,12 +184,17 @@ export class GroupCommit<I, O> {
         this.#lastBatch = batch.length
         if (this.#queue.length > 0) this.#oldestAt = performance.now()
         this.#inflight = batch
+        const span = this.#batchSpan(batch)
         try {
-          const out = await this.#commit(batch.map(p => p.item), this.#o.rehearsal?.(batch[0]!.item) === true)
+          const rehearsal = this.#o.rehearsal?.(batch[0]!.item) === true
+          const out = await withinSpan(span, () => this.#commit(batch.map(p => p.item), rehearsal))
+          span?.end()
           this.stats.batches++
           this.stats.items += batch.length
           batch.forEach((p, i) => p.resolve(out[i]!))
         } catch (err) {
+          failed(span, err)
+          span?.end()
           this.stats.failures++
           if (!batch.every(p => p.aborted)) this.#o.log.warn({ err, items: batch.length }, `${this.#o.name}: a batch failed`)
           for (const p of batch) p.reject(err)
@@ -184,6 +205,26 @@ export class GroupCommit<I, O> {
     } finally {
       this.#flushing = false
     }
+  }
+
+  /**
+   * One span for the batch's commit, when one of its callers is traced: a child
+   * of the first traced caller's wait, linked from every caller's wait and
+   * linking back to each (a request's trace shows the batch it joined).
+   */
+  #batchSpan (batch: ReadonlyArray<Pending<I, O>>): Span | undefined {
+    const waits = batch.flatMap(p => p.span?.isRecording() ? [p.span] : [])
+    if (waits.length === 0) return undefined
+    const span = withinSpan(waits[0], () => openSpan(`${this.#o.name} commit`, {
+      attributes: { 'watertight.writer': this.#o.name, 'watertight.batch.size': batch.length },
+      links: waits.slice(1).map(w => ({ context: w.spanContext() })),
+    }))
+    if (!span) return undefined
+    for (const w of waits) {
+      w.setAttribute('watertight.batch.size', batch.length)
+      if (w !== waits[0]) w.addLink({ context: span.spanContext() })
+    }
+    return span
   }
 
   /**

@@ -9,11 +9,14 @@ import type { LaneMetrics, LaneRejectReason } from '../metrics.ts'
 import { executionDb, type Execution } from './execution.ts'
 import { Canceller } from '../cancellation.ts'
 import type { RecoveryWatch } from './recovery.ts'
+import { failed, inSpan, openSpan, withinSpan, type Span } from '../tracing.ts'
 
 export interface LaneResult {
   status: number
   body: unknown
   headers?: Record<string, string>
+  /** A rejected arrival answered in a degraded way rather than refused (its admission span says which). */
+  outcome?: 'compensated' | 'overflowed'
 }
 
 export type LaneHandler = (req: FastifyRequest, exec: Execution) => Promise<LaneResult>
@@ -25,6 +28,7 @@ export type RejectHandler =
   (reason: LaneRejectReason, req: FastifyRequest, fair?: FairShare) => Promise<LaneResult> | LaneResult
 
 export interface AdmissionDeps {
+  lane: string
   bulkhead: Bulkhead
   metrics: LaneMetrics
   /** The lane's pool at the time of the call (it can be replaced). */
@@ -52,6 +56,8 @@ export function admitted (deps: AdmissionDeps, handler: LaneHandler, onReject: R
     // ServerResponse 'close' fires on completion too; only a close before the end is a disconnect.
     const onClose = (): void => { if (!reply.raw.writableFinished && !ac.aborted) ac.abort(DISCONNECTED) }
     reply.raw.on('close', onClose)
+    // Traced: the decision, then the execution, each its own span (nothing when tracing is off).
+    const admission = openSpan('bulkhead.admission', { attributes: { 'watertight.lane': deps.lane } })
     let permit: Permit
     try {
       // acquire() decides at once when the queue has no room (a rejected promise).
@@ -60,11 +66,17 @@ export function admitted (deps: AdmissionDeps, handler: LaneHandler, onReject: R
       permit = await pending.catch(err => { throw Object.assign(err as Error, { decidedAt }) })
     } catch (err) {
       reply.raw.off('close', onClose)
-      return rejected(deps, req, reply, err as Error & { decidedAt: number }, entered, onReject)
+      return rejected(deps, req, reply, err as Error & { decidedAt: number }, entered, onReject, admission)
     }
     deps.metrics.permitWait(permit.waitedMs / 1000)
+    admission?.setAttributes({
+      'watertight.bulkhead.decision': permit.waitedMs > 0 ? 'queued' : 'admitted',
+      'watertight.bulkhead.permit_wait_ms': permit.waitedMs,
+    })
+    admission?.end()
     try {
-      return send(reply, await execute(deps, handler, req, ac))
+      const attributes = { 'watertight.lane': deps.lane, 'watertight.deadline_ms': deps.deadlineMs }
+      return send(reply, await inSpan('bulkhead.execution', { attributes }, () => execute(deps, handler, req, ac)))
     } catch (err) {
       if (ac.reason === DISCONNECTED) return reply.hijack()
       throw err
@@ -84,10 +96,12 @@ async function rejected (
   reply: FastifyReply,
   err: Error & { decidedAt: number },
   entered: number,
-  onReject: RejectHandler
+  onReject: RejectHandler,
+  span: Span | undefined
 ): Promise<unknown> {
-  if (!(err instanceof BulkheadRejected)) throw err
-  if (err.reason === 'aborted') return reply.hijack()
+  if (!(err instanceof BulkheadRejected)) { failed(span, err); span?.end(); throw err }
+  span?.setAttributes({ 'watertight.bulkhead.decision': 'rejected', 'watertight.bulkhead.reason': err.reason })
+  if (err.reason === 'aborted') { span?.end(); return reply.hijack() }
   deps.metrics.rejection(err.reason)
   // How long admission took to decide (INV-BH-02 asks < 5 ms), and how long the
   // request had been in the process by then (parsing, validation, event-loop wait).
@@ -95,7 +109,17 @@ async function rejected (
   // screening is committed first), how long the whole request took in the lane.
   const decided = err.reason === 'queue_timeout' ? performance.now() : err.decidedAt
   const timing = `admit;desc="${err.reason}";dur=${(decided - entered).toFixed(3)}, inproc;dur=${reply.elapsedTime.toFixed(3)}`
-  const answer = await onReject(err.reason, req, err.fair)
+  // The lane's answer is written under the admission span (a compensated quote's commit nests in it).
+  let answer: LaneResult
+  try {
+    answer = await withinSpan(span, () => onReject(err.reason, req, err.fair))
+    span?.setAttribute('watertight.bulkhead.answer', answer.outcome ?? 'shed')
+  } catch (e) {
+    failed(span, e)
+    throw e
+  } finally {
+    span?.end()
+  }
   reply.header('server-timing', `${timing}, answer;dur=${reply.elapsedTime.toFixed(3)}`)
   return send(reply, answer)
 }

@@ -20,6 +20,7 @@ import { RecoveryWatch } from './recovery.ts'
 import { WARM_UP_HEADER, WarmUp } from './warm-up.ts'
 import { ReplicaShare } from './replica-share.ts'
 import { breakerMetrics, type DependencyBreaker } from '../breaker.ts'
+import { registerHttpTracing } from '../tracing.ts'
 
 export interface LaneKit {
   readonly limits: LaneLimits
@@ -124,6 +125,7 @@ const laneKitPlugin: FastifyPluginAsync<LaneKitOptions> = async (app, opts) => {
     breakers: [],
     get pool () { return pool() },
     admitted: (handler, onReject) => admitted({
+      lane: limits.lane,
       bulkhead,
       metrics,
       pool,
@@ -171,6 +173,7 @@ declare module 'fastify' {
 /** A lane's app: the HTTP app, the lane kit, the lane's routes. */
 export async function buildLaneApp (opts: BuildLaneOptions): Promise<{ app: FastifyInstance, kit: LaneKit }> {
   const app = createHttpApp({ logger: opts.logger })
+  registerHttpTracing(app)
   await app.register(laneKit, {
     limits: opts.limits, databaseUrl: opts.databaseUrl, healthCheckIntervalMs: opts.healthCheckIntervalMs,
   })

@@ -12,6 +12,7 @@ import type { LaneKit } from './build-lane-app.ts'
 import { onShutdown } from '../lifecycle.ts'
 import { failStart } from '../start-failure.ts'
 import { exercise } from './warm-up.ts'
+import { startTracing } from '../tracing.ts'
 
 const ProcessEnv = Type.Object({
   DATABASE_URL: Type.String({ minLength: 1, description: 'connection string with the lane role' }),
@@ -26,6 +27,7 @@ export async function runLane (lane: LaneName, build: Build, warmPath: string): 
   let app: FastifyInstance | undefined
   try {
     const env = loadConfig(ProcessEnv, process.env)
+    await startTracing(lane)
     const limits = laneLimits(lane)
     const built = await build({ limits, databaseUrl: env.DATABASE_URL, logger: loggerOptions(lane) })
     app = built.app

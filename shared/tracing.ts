@@ -1,0 +1,285 @@
+// Distributed tracing: W3C trace context across the fleet's hops and
+// OpenTelemetry spans, off unless an OTLP endpoint is configured with the
+// standard OTEL_* variables. Off, nothing of the SDK is loaded (it is imported
+// on demand, tracing-sdk.ts) and every helper here returns at its first line;
+// on, spans leave through a bounded batch queue: an exporter that cannot reach
+// its collector drops them and never holds up a request.
+import {
+  context, propagation, ROOT_CONTEXT, trace, SpanKind, SpanStatusCode, TraceFlags,
+  type Attributes, type Context, type Link, type Span, type SpanContext,
+} from '@opentelemetry/api'
+import type { FastifyInstance, FastifyRequest } from 'fastify'
+import { Type, type Static } from 'typebox'
+import { loadConfig } from './config.ts'
+
+export { SpanKind, SpanStatusCode, type Span, type SpanContext }
+
+const SAMPLERS = [
+  'always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio',
+] as const
+export type SamplerName = typeof SAMPLERS[number]
+
+/** The standard OpenTelemetry variables the fleet reads (every long-running process). */
+export const TRACING_SCHEMA = Type.Object({
+  OTEL_SDK_DISABLED: Type.Boolean({ default: false, description: 'true: no tracing whatever else is set' }),
+  OTEL_EXPORTER_OTLP_ENDPOINT: Type.String({ default: '', description: 'OTLP/HTTP base URL (spans go to <it>/v1/traces); tracing is on when this or the traces endpoint is set' }),
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: Type.String({ default: '', description: 'OTLP/HTTP URL for spans, used as it is' }),
+  OTEL_EXPORTER_OTLP_PROTOCOL: Type.Union([Type.Literal('http/json')], { default: 'http/json', description: 'the fleet exports OTLP over HTTP with JSON bodies' }),
+  OTEL_SERVICE_NAME: Type.String({ default: '', description: 'the resource\'s service.name; default watertight-<process>' }),
+  OTEL_TRACES_SAMPLER: Type.Union(SAMPLERS.map(s => Type.Literal(s)), { default: 'parentbased_always_on' }),
+  OTEL_TRACES_SAMPLER_ARG: Type.Number({ default: 1, minimum: 0, maximum: 1, description: 'the ratio of the traceidratio samplers' }),
+  OTEL_BSP_MAX_QUEUE_SIZE: Type.Integer({ default: 2_048, minimum: 1, maximum: 1_000_000, description: 'spans waiting for export; beyond, new ones are dropped' }),
+  OTEL_BSP_SCHEDULE_DELAY: Type.Integer({ default: 5_000, minimum: 1, maximum: 600_000, description: 'ms between exports' }),
+  OTEL_BSP_MAX_EXPORT_BATCH_SIZE: Type.Integer({ default: 512, minimum: 1, maximum: 1_000_000 }),
+  OTEL_BSP_EXPORT_TIMEOUT: Type.Integer({ default: 30_000, minimum: 1, maximum: 600_000, description: 'ms an export may take before it is given up' }),
+})
+
+export type TracingConfig = Static<typeof TRACING_SCHEMA>
+
+interface Installed {
+  shutdown (): Promise<void>
+}
+
+let installed: Installed | undefined
+
+/** Whether this process traces (startTracing found an endpoint). */
+export function tracingOn (): boolean {
+  return installed !== undefined
+}
+
+/**
+ * Reads the OTEL_* variables (ERR_CONFIG_INVALID on a bad one) and, when an
+ * endpoint is set, installs the SDK for this process. Call once, before the
+ * process builds its app.
+ */
+export async function startTracing (
+  processName: string, env: Record<string, string | undefined> = process.env
+): Promise<boolean> {
+  const cfg = loadConfig(TRACING_SCHEMA, env)
+  if (cfg.OTEL_SDK_DISABLED || (cfg.OTEL_EXPORTER_OTLP_ENDPOINT === '' && cfg.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT === '')) return false
+  if (installed) return true
+  const sdk = await import('./tracing-sdk.ts')
+  installed = sdk.install(cfg, cfg.OTEL_SERVICE_NAME || `watertight-${processName}`)
+  return true
+}
+
+/** Exports what is queued (bounded by the exporter's timeout) and stops; for shutdown. */
+export async function stopTracing (): Promise<void> {
+  const i = installed
+  installed = undefined
+  await i?.shutdown().catch(() => {})
+}
+
+// Health, status and metrics are polled every second: never traced.
+const OPS_PATH = /^\/(health\/|metrics|status)/
+const REQUEST_CONTEXT = Symbol('watertight.traceContext')
+const REQUEST_SPAN = Symbol('watertight.requestSpan')
+type Traced = FastifyRequest & { [REQUEST_CONTEXT]?: Context, [REQUEST_SPAN]?: Span }
+
+/**
+ * Traces the app's requests: a server span each, a child of the caller's
+ * traceparent, and the handler run with it active. A request its caller left
+ * out of the sample gets no span, only the decision passed on. Nothing when
+ * off. Call before the app's routes are added (it wraps their handlers).
+ *
+ * Ours rather than @fastify/otel: that plugin makes two spans per request
+ * (the request and its handler) whether the trace is sampled or not, and
+ * costs more for it (docs/benchmarks.md, "What tracing costs").
+ */
+export function registerHttpTracing (app: FastifyInstance): void {
+  if (!installed) return
+  app.addHook('onRoute', route => {
+    const handler = route.handler
+    route.handler = function tracedHandler (this: FastifyInstance, req, reply) {
+      const ctx = (req as Traced)[REQUEST_CONTEXT]
+      return ctx ? context.with(ctx, handler, this, req, reply) : handler.call(this, req, reply)
+    }
+  })
+  app.addHook('onRequest', (req, _reply, done) => {
+    if (OPS_PATH.test(req.url)) { done(); return }
+    const parent = propagation.extract(ROOT_CONTEXT, req.headers)
+    if (!recordable(parent)) { (req as Traced)[REQUEST_CONTEXT] = parent; done(); return }
+    const caller = callerSpanContext(req)
+    const span = tracer().startSpan('request', {
+      kind: SpanKind.SERVER,
+      attributes: {
+        'http.request.method': req.method,
+        'url.path': req.url.split('?')[0],
+        ...(req.routeOptions.url ? { 'http.route': req.routeOptions.url } : {}),
+        // The id every log line of the request carries: from a trace to its logs.
+        'watertight.request_id': req.id,
+      },
+      ...(caller ? { links: [{ context: caller, attributes: { 'watertight.link': 'caller' } }] } : {}),
+    }, parent)
+    ;(req as Traced)[REQUEST_SPAN] = span
+    ;(req as Traced)[REQUEST_CONTEXT] = trace.setSpan(parent, span)
+    done()
+  })
+  app.addHook('onError', (req, _reply, err, done) => { failed((req as Traced)[REQUEST_SPAN], err); done() })
+  app.addHook('onResponse', (req, reply, done) => {
+    const span = (req as Traced)[REQUEST_SPAN]
+    if (span) {
+      span.setAttribute('http.response.status_code', reply.statusCode)
+      if (reply.statusCode >= 500) span.setStatus({ code: SpanStatusCode.ERROR })
+      span.end()
+    }
+    done()
+  })
+}
+
+const tracer = () => trace.getTracer('watertight')
+
+/**
+ * Whether a span started under `ctx` could be recorded: its parent was sampled,
+ * or it has none (the sampler decides). A request the sampler left out (99 of
+ * 100 at 1%) gets none of the fleet's own spans: its children could only be
+ * non-recording, and making them costs as much as the rest of the tracing.
+ */
+function recordable (ctx: Context): boolean {
+  const parent = trace.getSpanContext(ctx)
+  return parent === undefined || (parent.traceFlags & TraceFlags.SAMPLED) !== 0
+}
+
+export interface SpanOptions {
+  kind?: SpanKind
+  attributes?: Attributes
+  links?: Link[]
+}
+
+/** A span around `fn`, active inside it; ended when fn settles, an error recorded. Off: fn alone. */
+export function inSpan<T> (name: string, o: SpanOptions, fn: (span: Span | undefined) => Promise<T>): Promise<T> {
+  if (!installed || !recordable(context.active())) return fn(undefined)
+  return tracer().startActiveSpan(name, o, async span => {
+    try {
+      return await fn(span)
+    } catch (err) {
+      failed(span, err)
+      throw err
+    } finally {
+      span.end()
+    }
+  })
+}
+
+/** A span that the caller ends (one that outlives a call: a wait on a batch). Off: undefined. */
+export function openSpan (name: string, o: SpanOptions = {}, parent: Context = context.active()): Span | undefined {
+  return installed && recordable(parent) ? tracer().startSpan(name, o, parent) : undefined
+}
+
+/**
+ * A span for work that another process handed over with its trace context (a
+ * job and the traceparent its payload carries): a child of that context, so
+ * the request's sampling decision holds and its trace shows the work, with a
+ * link to it as well; a new trace without one. Nothing active in this process
+ * becomes its parent.
+ */
+export function inCarriedSpan<T> (
+  name: string,
+  carrier: { traceparent?: unknown, tracestate?: unknown } | undefined,
+  o: SpanOptions,
+  fn: (span: Span | undefined) => Promise<T>
+): Promise<T> {
+  if (!installed) return fn(undefined)
+  const origin = carriedSpanContext(carrier)
+  const parent = origin ? trace.setSpanContext(ROOT_CONTEXT, origin) : ROOT_CONTEXT
+  const links = origin ? [{ context: origin, attributes: { 'watertight.link': 'enqueued-by' } }] : []
+  return context.with(parent, () => inSpan(name, { ...o, links: [...(o.links ?? []), ...links] }, fn))
+}
+
+/** Runs fn with `span` active (the parent of what fn starts); without a span, fn alone. */
+export function withinSpan<T> (span: Span | undefined, fn: () => T): T {
+  return span ? context.with(trace.setSpan(context.active(), span), fn) : fn()
+}
+
+/** Marks a span failed with the error's message (and code, when it has one). */
+export function failed (span: Span | undefined, err: unknown): void {
+  if (!span) return
+  const e = err as { message?: string, code?: string }
+  span.setStatus({ code: SpanStatusCode.ERROR, message: e?.message ?? String(err) })
+  if (e?.code) span.setAttribute('error.type', e.code)
+}
+
+/** Attributes on the span active now (the request's, inside a handler); nothing when off. */
+export function annotate (attributes: Attributes): void {
+  if (installed) trace.getActiveSpan()?.setAttributes(attributes)
+}
+
+/** The active span's context, for a link from work that runs later elsewhere (a batch). */
+export function activeSpanContext (): SpanContext | undefined {
+  return installed ? trace.getActiveSpan()?.spanContext() : undefined
+}
+
+/**
+ * A client span for a call about to leave this process, its traceparent put
+ * into the call's headers (so the callee's spans are its children); the
+ * caller ends it. Off: undefined, headers untouched.
+ */
+export function clientSpan (name: string, attributes: Attributes, headers: Record<string, string>): Span | undefined {
+  if (!installed) return undefined
+  const ctx = context.active()
+  // Left out by the sampler: no span, but its decision goes along, so the callee leaves it out too.
+  if (!recordable(ctx)) { propagation.inject(ctx, headers); return undefined }
+  const span = tracer().startSpan(name, { kind: SpanKind.CLIENT, attributes })
+  propagation.inject(trace.setSpan(ctx, span), headers)
+  return span
+}
+
+/** Ends a client span with the status its call got (an error status from 500 up). */
+export function endClientSpan (span: Span | undefined, status: number): void {
+  if (!span) return
+  span.setAttribute('http.response.status_code', status)
+  if (status >= 500) span.setStatus({ code: SpanStatusCode.ERROR })
+  span.end()
+}
+
+const CALLER = Symbol('watertight.callerTraceContext')
+type WithCaller = FastifyRequest & { [CALLER]?: SpanContext }
+
+/**
+ * For callers not trusted with the trace: their traceparent starts a new trace
+ * that links to theirs, rather than continuing it (their sampling decision and
+ * trace id are not taken). Added before registerHttpTracing.
+ */
+export function distrustCallerTraceContext (app: FastifyInstance): void {
+  if (!installed) return
+  app.addHook('onRequest', (req, _reply, done) => {
+    const { traceparent, tracestate } = req.headers
+    if (traceparent !== undefined) {
+      const sc = carriedSpanContext({ traceparent, tracestate })
+      delete req.headers.traceparent
+      delete req.headers.tracestate
+      if (sc) (req as WithCaller)[CALLER] = sc
+    }
+    done()
+  })
+}
+
+/** The trace context a distrusted caller sent (for the request span's link). */
+export function callerSpanContext (req: FastifyRequest): SpanContext | undefined {
+  return (req as WithCaller)[CALLER]
+}
+
+/** traceparent (and tracestate) of the active context, added to outgoing headers. */
+export function injectTraceHeaders (headers: Record<string, string>, ctx: Context = context.active()): void {
+  if (installed) propagation.inject(ctx, headers)
+}
+
+/** The W3C trace context of the active span as a job payload may carry it; undefined when off or none. */
+export function traceCarrier (): { traceparent: string, tracestate?: string } | undefined {
+  if (!installed) return undefined
+  const c: Record<string, string> = {}
+  propagation.inject(context.active(), c)
+  if (!c.traceparent) return undefined
+  return c.tracestate ? { traceparent: c.traceparent, tracestate: c.tracestate } : { traceparent: c.traceparent }
+}
+
+/** The span context a carrier (a job's `traceparent`) names, for a link; undefined when off or malformed. */
+export function carriedSpanContext (
+  carrier: { traceparent?: unknown, tracestate?: unknown } | undefined
+): SpanContext | undefined {
+  if (!installed || typeof carrier?.traceparent !== 'string') return undefined
+  const c: Record<string, string> = { traceparent: carrier.traceparent }
+  if (typeof carrier.tracestate === 'string') c.tracestate = carrier.tracestate
+  const sc = trace.getSpanContext(propagation.extract(context.active(), c))
+  return sc && trace.isSpanContextValid(sc) ? sc : undefined
+}
