@@ -15,7 +15,7 @@ import { WARM_UP_HEADER } from '../shared/lane-kit/warm-up.ts'
 import { ROUTES, type RouteSpec } from './classify.ts'
 import type { Replica } from './replica-set.ts'
 import { LANE_ANSWER_MAX_BYTES, type Upstream } from './upstreams.ts'
-import { clientSpan, endClientSpan, failed } from '../shared/tracing.ts'
+import { clientSpan, endClientSpan, failed, traceOf } from '../shared/tracing.ts'
 
 // Hop-by-hop and internal headers never cross the gateway.
 const DROP_RESPONSE = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length', 'x-request-id'])
@@ -188,7 +188,7 @@ async function proxy (
     'x-client-id': (req as FastifyRequest & { clientId: string }).clientId,
   }
   // The hop to the lane, when tracing is on: its traceparent makes the lane's spans children of this one.
-  const span = clientSpan(`lane ${up.lane}`, { 'watertight.lane': up.lane }, headers)
+  const span = clientSpan(`lane ${up.lane}`, { 'watertight.lane': up.lane }, headers, traceOf(req))
   try {
     const key = req.headers['idempotency-key']
     if (typeof key === 'string') headers['idempotency-key'] = key

@@ -1,10 +1,9 @@
 // The OpenTelemetry SDK of a process that traces, imported by tracing.ts only
 // when an endpoint is configured (a chunk of its own in the bundle: a process
 // that does not trace never loads it). Spans are batched in a bounded queue
-// and exported over OTLP/HTTP; W3C trace context is the propagation format and
-// AsyncLocalStorage carries the active span across awaits.
-import { context, diag, DiagLogLevel, propagation, trace } from '@opentelemetry/api'
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks'
+// and exported over OTLP/HTTP; W3C trace context is the propagation format. No
+// context manager: the fleet passes trace contexts explicitly (tracing.ts).
+import { diag, DiagLogLevel, propagation, trace } from '@opentelemetry/api'
 import { setGlobalErrorHandler, W3CTraceContextPropagator } from '@opentelemetry/core'
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http'
 import { resourceFromAttributes } from '@opentelemetry/resources'
@@ -53,7 +52,6 @@ export function install (cfg: TracingConfig, serviceName: string) {
       exportTimeoutMillis: cfg.OTEL_BSP_EXPORT_TIMEOUT,
     })],
   })
-  context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable())
   propagation.setGlobalPropagator(new W3CTraceContextPropagator())
   trace.setGlobalTracerProvider(provider)
   return { shutdown: () => provider.shutdown() }

@@ -5,14 +5,14 @@
 // on, spans leave through a bounded batch queue: an exporter that cannot reach
 // its collector drops them and never holds up a request.
 import {
-  context, propagation, ROOT_CONTEXT, trace, SpanKind, SpanStatusCode, TraceFlags,
+  propagation, ROOT_CONTEXT, trace, SpanKind, SpanStatusCode, TraceFlags,
   type Attributes, type Context, type Link, type Span, type SpanContext,
 } from '@opentelemetry/api'
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import { Type, type Static } from 'typebox'
 import { loadConfig } from './config.ts'
 
-export { SpanKind, SpanStatusCode, type Span, type SpanContext }
+export { SpanKind, SpanStatusCode, type Context, type Span, type SpanContext }
 
 const SAMPLERS = [
   'always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio',
@@ -78,23 +78,22 @@ type Traced = FastifyRequest & { [REQUEST_CONTEXT]?: Context, [REQUEST_SPAN]?: S
 
 /**
  * Traces the app's requests: a server span each, a child of the caller's
- * traceparent, and the handler run with it active. A request its caller left
- * out of the sample gets no span, only the decision passed on. Nothing when
- * off. Call before the app's routes are added (it wraps their handlers).
+ * traceparent; a request its caller left out of the sample gets no span, only
+ * the decision, passed on. Nothing when off.
  *
- * Ours rather than @fastify/otel: that plugin makes two spans per request
- * (the request and its handler) whether the trace is sampled or not, and
- * costs more for it (docs/benchmarks.md, "What tracing costs").
+ * The trace context travels with the request object, and every helper below
+ * takes it explicitly, rather than riding on AsyncLocalStorage: carrying a
+ * context through every promise of a request cost ~10 µs of CPU per request
+ * on a bare route (Node 20, 22 and 24 alike), sampled or not
+ * (docs/benchmarks.md, "What tracing costs"). Ours rather than @fastify/otel
+ * for the same reason: that plugin needs the context carried, and makes two
+ * spans per request whether the trace is sampled or not.
  */
 export function registerHttpTracing (app: FastifyInstance): void {
   if (!installed) return
-  app.addHook('onRoute', route => {
-    const handler = route.handler
-    route.handler = function tracedHandler (this: FastifyInstance, req, reply) {
-      const ctx = (req as Traced)[REQUEST_CONTEXT]
-      return ctx ? context.with(ctx, handler, this, req, reply) : handler.call(this, req, reply)
-    }
-  })
+  // Declared up front, as Fastify asks of request properties: every request keeps one shape.
+  app.decorateRequest(REQUEST_CONTEXT as unknown as string, undefined)
+  app.decorateRequest(REQUEST_SPAN as unknown as string, undefined)
   app.addHook('onRequest', (req, _reply, done) => {
     if (OPS_PATH.test(req.url)) { done(); return }
     const parent = propagation.extract(ROOT_CONTEXT, req.headers)
@@ -127,13 +126,36 @@ export function registerHttpTracing (app: FastifyInstance): void {
   })
 }
 
+/** The request's trace context now (its innermost open span's); undefined when it is not traced. */
+export function traceOf (req: FastifyRequest): Context | undefined {
+  return (req as Traced)[REQUEST_CONTEXT]
+}
+
+/**
+ * Runs fn with `span` as the request's innermost span (what the helpers called
+ * with traceOf(req) nest under), then puts the request's context back. No span: fn alone.
+ */
+export function underSpan<T> (req: FastifyRequest, span: Span | undefined, fn: () => Promise<T>): Promise<T> {
+  return span ? nested(req as Traced, span, fn) : fn()
+}
+
+async function nested<T> (r: Traced, span: Span, fn: () => Promise<T>): Promise<T> {
+  const before = r[REQUEST_CONTEXT]
+  r[REQUEST_CONTEXT] = trace.setSpan(before ?? ROOT_CONTEXT, span)
+  try {
+    return await fn()
+  } finally {
+    r[REQUEST_CONTEXT] = before
+  }
+}
+
 const tracer = () => trace.getTracer('watertight')
 
 /**
  * Whether a span started under `ctx` could be recorded: its parent was sampled,
  * or it has none (the sampler decides). A request the sampler left out (99 of
  * 100 at 1%) gets none of the fleet's own spans: its children could only be
- * non-recording, and making them costs as much as the rest of the tracing.
+ * non-recording.
  */
 function recordable (ctx: Context): boolean {
   const parent = trace.getSpanContext(ctx)
@@ -146,32 +168,38 @@ export interface SpanOptions {
   links?: Link[]
 }
 
-/** A span around `fn`, active inside it; ended when fn settles, an error recorded. Off: fn alone. */
-export function inSpan<T> (name: string, o: SpanOptions, fn: (span: Span | undefined) => Promise<T>): Promise<T> {
-  if (!installed || !recordable(context.active())) return fn(undefined)
-  return tracer().startActiveSpan(name, o, async span => {
-    try {
-      return await fn(span)
-    } catch (err) {
-      failed(span, err)
-      throw err
-    } finally {
-      span.end()
-    }
-  })
+/**
+ * A span under `parent` that the caller ends; undefined when off, when there
+ * is no trace context (an untraced request), or when the trace is not sampled.
+ */
+export function openSpan (name: string, o: SpanOptions, parent: Context | undefined): Span | undefined {
+  return installed && parent !== undefined && recordable(parent) ? tracer().startSpan(name, o, parent) : undefined
 }
 
-/** A span that the caller ends (one that outlives a call: a wait on a batch). Off: undefined. */
-export function openSpan (name: string, o: SpanOptions = {}, parent: Context = context.active()): Span | undefined {
-  return installed && recordable(parent) ? tracer().startSpan(name, o, parent) : undefined
+/** fn inside a span under `parent` (ended when fn settles, an error recorded); without one, fn alone. */
+export function inSpan<T> (
+  name: string, o: SpanOptions, parent: Context | undefined, fn: (span: Span | undefined) => Promise<T>
+): Promise<T> {
+  const span = openSpan(name, o, parent)
+  return span ? ended(span, fn) : fn(undefined)
+}
+
+async function ended<T> (span: Span, fn: (span: Span) => Promise<T>): Promise<T> {
+  try {
+    return await fn(span)
+  } catch (err) {
+    failed(span, err)
+    throw err
+  } finally {
+    span.end()
+  }
 }
 
 /**
  * A span for work that another process handed over with its trace context (a
  * job and the traceparent its payload carries): a child of that context, so
  * the request's sampling decision holds and its trace shows the work, with a
- * link to it as well; a new trace without one. Nothing active in this process
- * becomes its parent.
+ * link to it as well; a new trace without one.
  */
 export function inCarriedSpan<T> (
   name: string,
@@ -183,12 +211,12 @@ export function inCarriedSpan<T> (
   const origin = carriedSpanContext(carrier)
   const parent = origin ? trace.setSpanContext(ROOT_CONTEXT, origin) : ROOT_CONTEXT
   const links = origin ? [{ context: origin, attributes: { 'watertight.link': 'enqueued-by' } }] : []
-  return context.with(parent, () => inSpan(name, { ...o, links: [...(o.links ?? []), ...links] }, fn))
+  return inSpan(name, { ...o, links: [...(o.links ?? []), ...links] }, parent, fn)
 }
 
-/** Runs fn with `span` active (the parent of what fn starts); without a span, fn alone. */
-export function withinSpan<T> (span: Span | undefined, fn: () => T): T {
-  return span ? context.with(trace.setSpan(context.active(), span), fn) : fn()
+/** The context of a span, to start others under it (a batch's commit under a wait). */
+export function contextOf (span: Span): Context {
+  return trace.setSpan(ROOT_CONTEXT, span)
 }
 
 /** Marks a span failed with the error's message (and code, when it has one). */
@@ -199,28 +227,25 @@ export function failed (span: Span | undefined, err: unknown): void {
   if (e?.code) span.setAttribute('error.type', e.code)
 }
 
-/** Attributes on the span active now (the request's, inside a handler); nothing when off. */
-export function annotate (attributes: Attributes): void {
-  if (installed) trace.getActiveSpan()?.setAttributes(attributes)
-}
-
-/** The active span's context, for a link from work that runs later elsewhere (a batch). */
-export function activeSpanContext (): SpanContext | undefined {
-  return installed ? trace.getActiveSpan()?.spanContext() : undefined
+/** Attributes on the request's innermost span; nothing when it is not traced or not sampled. */
+export function annotate (req: FastifyRequest, attributes: Attributes): void {
+  const ctx = traceOf(req)
+  if (ctx) trace.getSpan(ctx)?.setAttributes(attributes)
 }
 
 /**
- * A client span for a call about to leave this process, its traceparent put
- * into the call's headers (so the callee's spans are its children); the
- * caller ends it. Off: undefined, headers untouched.
+ * A client span under `parent` for a call about to leave this process, its
+ * traceparent put into the call's headers (so the callee's spans are its
+ * children); the caller ends it. A trace left out of the sample gets no span,
+ * but its decision goes along, so the callee leaves it out too.
  */
-export function clientSpan (name: string, attributes: Attributes, headers: Record<string, string>): Span | undefined {
-  if (!installed) return undefined
-  const ctx = context.active()
-  // Left out by the sampler: no span, but its decision goes along, so the callee leaves it out too.
-  if (!recordable(ctx)) { propagation.inject(ctx, headers); return undefined }
-  const span = tracer().startSpan(name, { kind: SpanKind.CLIENT, attributes })
-  propagation.inject(trace.setSpan(ctx, span), headers)
+export function clientSpan (
+  name: string, attributes: Attributes, headers: Record<string, string>, parent: Context | undefined
+): Span | undefined {
+  if (!installed || parent === undefined) return undefined
+  if (!recordable(parent)) { propagation.inject(parent, headers); return undefined }
+  const span = tracer().startSpan(name, { kind: SpanKind.CLIENT, attributes }, parent)
+  propagation.inject(trace.setSpan(parent, span), headers)
   return span
 }
 
@@ -259,16 +284,11 @@ export function callerSpanContext (req: FastifyRequest): SpanContext | undefined
   return (req as WithCaller)[CALLER]
 }
 
-/** traceparent (and tracestate) of the active context, added to outgoing headers. */
-export function injectTraceHeaders (headers: Record<string, string>, ctx: Context = context.active()): void {
-  if (installed) propagation.inject(ctx, headers)
-}
-
-/** The W3C trace context of the active span as a job payload may carry it; undefined when off or none. */
-export function traceCarrier (): { traceparent: string, tracestate?: string } | undefined {
-  if (!installed) return undefined
+/** The W3C trace context a job payload carries for its span (the sampling decision with it); undefined when none. */
+export function traceCarrier (parent: Context | undefined): { traceparent: string, tracestate?: string } | undefined {
+  if (!installed || parent === undefined) return undefined
   const c: Record<string, string> = {}
-  propagation.inject(context.active(), c)
+  propagation.inject(parent, c)
   if (!c.traceparent) return undefined
   return c.tracestate ? { traceparent: c.traceparent, tracestate: c.tracestate } : { traceparent: c.traceparent }
 }
@@ -280,6 +300,6 @@ export function carriedSpanContext (
   if (!installed || typeof carrier?.traceparent !== 'string') return undefined
   const c: Record<string, string> = { traceparent: carrier.traceparent }
   if (typeof carrier.tracestate === 'string') c.tracestate = carrier.tracestate
-  const sc = trace.getSpanContext(propagation.extract(context.active(), c))
+  const sc = trace.getSpanContext(propagation.extract(ROOT_CONTEXT, c))
   return sc && trace.isSpanContextValid(sc) ? sc : undefined
 }

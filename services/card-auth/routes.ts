@@ -17,6 +17,7 @@ import type { FairShare } from '../../shared/bulkhead.ts'
 import { fairSaturationError } from '../../shared/lane-kit/fair.ts'
 import { AUTHORIZATION_COLUMNS, authorizationBody, type AuthorizationRow } from './authorization.ts'
 import { authorizeOne, type AuthorizeInput, type AuthorizeOutput, type AuthorizeWriter } from './authorize-writer.ts'
+import { traceOf } from '../../shared/tracing.ts'
 
 export const cardAuthRoutes = (writer: AuthorizeWriter) => (app: FastifyInstance, kit: LaneKit): void => {
   // 429 with the lane's own policy: its permits, room again within the Retry-After;
@@ -42,7 +43,7 @@ export const cardAuthRoutes = (writer: AuthorizeWriter) => (app: FastifyInstance
     }
     let row: AuthorizeOutput | undefined
     try {
-      const r = await writer.submit(input, exec.cancel)
+      const r = await writer.submit(input, exec.cancel, traceOf(req))
       if (!r.busy) row = r
       else if (rehearsal) throw new Error('a rehearsal\'s card account is held elsewhere')
     } catch (err) {

@@ -16,7 +16,7 @@ import { clientIdOf, fingerprint, idempotencyKeyOf, replay } from '../../shared/
 import { cardHistory } from './history.ts'
 import { score, type ScoringWeights } from './scoring.ts'
 import type { ScreeningWriter } from './overflow.ts'
-import { annotate, traceCarrier } from '../../shared/tracing.ts'
+import { annotate, traceCarrier, traceOf } from '../../shared/tracing.ts'
 
 const statusOf = (response: { mode?: string }): number => (response.mode === 'async' ? 202 : 200)
 
@@ -71,12 +71,12 @@ export function fraudRoutes (weights: ScoringWeights, writer: ScreeningWriter) {
           ipCountry: body.ipCountry ?? null,
           billingCountry: body.billingCountry ?? null,
           response: { id, mode: 'async', status: 'queued' },
-          traceparent: traceCarrier()?.traceparent ?? null,
-        })
+          traceparent: traceCarrier(traceOf(req))?.traceparent ?? null,
+        }, undefined, traceOf(req))
       } catch (err) {
         throw saturated(`fraud lane saturated and the screening could not be queued (${(err as Error).message})`)
       }
-      annotate({ 'watertight.fraud.mode': 'async' })
+      annotate(req, { 'watertight.fraud.mode': 'async' })
       return { ...answer(stored, fp, stored.inserted), outcome: 'overflowed' }
     }
 

@@ -4,7 +4,7 @@
 // permit nor a socket past it.
 import type { Pool } from 'undici'
 import { AppError } from '../../shared/errors.ts'
-import { clientSpan, failed } from '../../shared/tracing.ts'
+import { clientSpan, failed, type Context } from '../../shared/tracing.ts'
 
 export interface ProviderQuote { jurisdiction: string, rate: number, tax: number }
 
@@ -16,13 +16,13 @@ export class ProviderError extends Error {
 }
 
 type QuoteBody = { jurisdiction: string, amount: { value: number, currency: string } }
-type QuoteOptions = { deadlineMs: number, signals: AbortSignal[] }
+type QuoteOptions = { deadlineMs: number, signals: AbortSignal[], trace?: Context }
 
 /** A quote from the provider; traced as a client span when tracing is on (its traceparent sent along). */
 export async function quoteFromProvider (pool: Pool, body: QuoteBody, opts: QuoteOptions): Promise<ProviderQuote> {
   const headers: Record<string, string> = { 'content-type': 'application/json' }
   const attributes = { 'watertight.dependency': 'tax-provider', 'watertight.deadline_ms': opts.deadlineMs }
-  const span = clientSpan('tax provider quote', attributes, headers)
+  const span = clientSpan('tax provider quote', attributes, headers, opts.trace)
   try {
     return await ask(pool, body, opts, headers)
   } catch (err) {

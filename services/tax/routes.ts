@@ -18,7 +18,7 @@ import { send } from '../../shared/lane-kit/admission.ts'
 import { BreakerOpenError, type DependencyBreaker } from '../../shared/breaker.ts'
 import { ProviderError, providerFailure, quoteFromProvider } from './provider.ts'
 import { quoteRecord, storeQuote, storeShedQuote, type QuoteSource } from './store-quote.ts'
-import { annotate } from '../../shared/tracing.ts'
+import { annotate, traceOf } from '../../shared/tracing.ts'
 
 type CompensationWriter = Parameters<typeof storeShedQuote>[0]
 
@@ -61,10 +61,10 @@ export function taxRoutes (opts: TaxRouteOptions) {
         throw new AppError('ERR_TAX_PROVIDER_FAILED', { detail: `${WHY[why]} and ${c.detail}`, headers: RETRY })
       }
       const record = quoteRecord(req, { source: 'compensation', rate: c.rate, tableVersion: c.tableVersion, reason: why })
-      const r = exec ? await storeQuote(exec, record) : await storeShedQuote(opts.writer, record)
+      const r = exec ? await storeQuote(exec, record) : await storeShedQuote(opts.writer, record, traceOf(req))
       r.headers = { ...r.headers, 'x-tax-compensation': why }
       r.outcome = 'compensated'
-      annotate({ 'watertight.tax.compensation': why })
+      annotate(req, { 'watertight.tax.compensation': why })
       return r
     }
 
@@ -77,7 +77,7 @@ export function taxRoutes (opts: TaxRouteOptions) {
       // answered stops the provider call and answers from the store.
       const stop = new AbortController()
       const ask = (signals: AbortSignal[]) => quoteFromProvider(opts.provider, body, {
-        deadlineMs: opts.quoteDeadlineMs, signals: [exec.signal, stop.signal, ...signals],
+        deadlineMs: opts.quoteDeadlineMs, signals: [exec.signal, stop.signal, ...signals], trace: traceOf(req),
       })
       const asked = breaker ? breaker.call(opened => ask([opened])) : ask([])
       asked.catch(() => {}) // awaited below, or abandoned for a replay

@@ -15,7 +15,7 @@ import type { LaneResult } from '../../shared/lane-kit/admission.ts'
 import type { Execution } from '../../shared/lane-kit/execution.ts'
 import { clientIdOf, fingerprint, idempotencyKeyOf, replay } from '../../shared/lane-kit/request-context.ts'
 import { JOB_NAMES, QUEUES } from '../../shared/queue/job-types.ts'
-import { traceCarrier } from '../../shared/tracing.ts'
+import { traceCarrier, traceOf, type Context } from '../../shared/tracing.ts'
 
 export type QuoteSource = { source: 'provider', rate: number } | { source: 'compensation', rate: number, tableVersion: string, reason: string }
 
@@ -60,7 +60,7 @@ export function quoteRecord (req: FastifyRequest, q: QuoteSource): QuoteRecord {
     source: q.source,
     tableVersion,
     reason: q.source === 'compensation' ? q.reason : null,
-    traceparent: traceCarrier()?.traceparent ?? null,
+    traceparent: traceCarrier(traceOf(req))?.traceparent ?? null,
     response: {
       id,
       jurisdiction: body.jurisdiction,
@@ -173,10 +173,12 @@ export function compensationWriter (
 }
 
 /** Outside a permit: through the writer; refused (503, Retry-After: 5) when it cannot take the write. */
-export async function storeShedQuote (writer: GroupCommit<QuoteRecord, Stored>, r: QuoteRecord): Promise<LaneResult> {
+export async function storeShedQuote (
+  writer: GroupCommit<QuoteRecord, Stored>, r: QuoteRecord, trace?: Context
+): Promise<LaneResult> {
   let stored: Stored
   try {
-    stored = await writer.submit(r)
+    stored = await writer.submit(r, undefined, trace)
   } catch (err) {
     throw new AppError('ERR_TAX_BULKHEAD_SATURATED', { detail: `saturated, and the compensated quote could not be recorded (${(err as Error).message})`, headers: { 'retry-after': '5' }, cause: err })
   }

@@ -31,7 +31,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import pg from 'pg'
 import { cancellationOf, type Cancellation } from '../cancellation.ts'
 import { destroySocket } from './destroy-socket.ts'
-import { failed, openSpan, withinSpan, type Span } from '../tracing.ts'
+import { contextOf, failed, openSpan, type Context, type Span } from '../tracing.ts'
 
 export interface GroupCommitOptions<I, O> {
   name: string
@@ -122,15 +122,19 @@ export class GroupCommit<I, O> {
 
   get pending (): number { return this.#queue.length }
 
-  /** Resolves once the item is committed (with its output), rejects if its batch failed or `stop` aborted first. */
-  submit (item: I, stop?: Cancellation | AbortSignal): Promise<O> {
+  /**
+   * Resolves once the item is committed (with its output), rejects if its batch
+   * failed or `stop` aborted first. `trace`: the caller's trace context, for
+   * the span of its wait (and its batch's commit).
+   */
+  submit (item: I, stop?: Cancellation | AbortSignal, trace?: Context): Promise<O> {
     const signal = stop === undefined ? undefined : cancellationOf(stop)
     if (this.#closed) return Promise.reject(new Error(`${this.#o.name}: closed`))
     if (signal?.aborted) return Promise.reject(signal.reason)
     if (this.#queue.length >= this.#o.maxPending) return Promise.reject(new GroupCommitFull(this.#o.name))
     return new Promise<O>((resolve, reject) => {
       const p: Pending<I, O> = { item, resolve, reject }
-      const span = openSpan(`${this.#o.name} wait`, { attributes: { 'watertight.writer': this.#o.name } })
+      const span = openSpan(`${this.#o.name} wait`, { attributes: { 'watertight.writer': this.#o.name } }, trace)
       if (span) {
         p.span = span
         p.resolve = o => { span.end(); resolve(o) }
@@ -187,7 +191,7 @@ export class GroupCommit<I, O> {
         const span = this.#batchSpan(batch)
         try {
           const rehearsal = this.#o.rehearsal?.(batch[0]!.item) === true
-          const out = await withinSpan(span, () => this.#commit(batch.map(p => p.item), rehearsal))
+          const out = await this.#commit(batch.map(p => p.item), rehearsal)
           span?.end()
           this.stats.batches++
           this.stats.items += batch.length
@@ -215,10 +219,10 @@ export class GroupCommit<I, O> {
   #batchSpan (batch: ReadonlyArray<Pending<I, O>>): Span | undefined {
     const waits = batch.flatMap(p => p.span?.isRecording() ? [p.span] : [])
     if (waits.length === 0) return undefined
-    const span = withinSpan(waits[0], () => openSpan(`${this.#o.name} commit`, {
+    const span = openSpan(`${this.#o.name} commit`, {
       attributes: { 'watertight.writer': this.#o.name, 'watertight.batch.size': batch.length },
       links: waits.slice(1).map(w => ({ context: w.spanContext() })),
-    }))
+    }, contextOf(waits[0]!))
     if (!span) return undefined
     for (const w of waits) {
       w.setAttribute('watertight.batch.size', batch.length)

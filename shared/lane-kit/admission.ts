@@ -9,7 +9,7 @@ import type { LaneMetrics, LaneRejectReason } from '../metrics.ts'
 import { executionDb, type Execution } from './execution.ts'
 import { Canceller } from '../cancellation.ts'
 import type { RecoveryWatch } from './recovery.ts'
-import { failed, inSpan, openSpan, withinSpan, type Span } from '../tracing.ts'
+import { failed, inSpan, openSpan, traceOf, underSpan, type Span } from '../tracing.ts'
 
 export interface LaneResult {
   status: number
@@ -57,7 +57,7 @@ export function admitted (deps: AdmissionDeps, handler: LaneHandler, onReject: R
     const onClose = (): void => { if (!reply.raw.writableFinished && !ac.aborted) ac.abort(DISCONNECTED) }
     reply.raw.on('close', onClose)
     // Traced: the decision, then the execution, each its own span (nothing when tracing is off).
-    const admission = openSpan('bulkhead.admission', { attributes: { 'watertight.lane': deps.lane } })
+    const admission = openSpan('bulkhead.admission', { attributes: { 'watertight.lane': deps.lane } }, traceOf(req))
     let permit: Permit
     try {
       // acquire() decides at once when the queue has no room (a rejected promise).
@@ -76,7 +76,9 @@ export function admitted (deps: AdmissionDeps, handler: LaneHandler, onReject: R
     admission?.end()
     try {
       const attributes = { 'watertight.lane': deps.lane, 'watertight.deadline_ms': deps.deadlineMs }
-      return send(reply, await inSpan('bulkhead.execution', { attributes }, () => execute(deps, handler, req, ac)))
+      const run = (span: Span | undefined): Promise<LaneResult> =>
+        underSpan(req, span, () => execute(deps, handler, req, ac))
+      return send(reply, await inSpan('bulkhead.execution', { attributes }, traceOf(req), run))
     } catch (err) {
       if (ac.reason === DISCONNECTED) return reply.hijack()
       throw err
@@ -112,7 +114,7 @@ async function rejected (
   // The lane's answer is written under the admission span (a compensated quote's commit nests in it).
   let answer: LaneResult
   try {
-    answer = await withinSpan(span, () => onReject(err.reason, req, err.fair))
+    answer = await underSpan(req, span, async () => await onReject(err.reason, req, err.fair))
     span?.setAttribute('watertight.bulkhead.answer', answer.outcome ?? 'shed')
   } catch (e) {
     failed(span, e)
