@@ -54,10 +54,20 @@ function descends (spans: ReceivedSpan[], s: ReceivedSpan | undefined, ancestorI
 const authorize = (headers: Record<string, string> = {}) => fleet.post('/v1/authorizations',
   { merchantId: 'm_trace', cardToken: 'tok_trace', amount: { value: 100, currency: 'EUR' } }, undefined, headers)
 
-t.test('one authorization is one trace: the caller\'s, through gateway, lane, permit and commit', async t => {
+t.test('one authorization during a tax brownout is one trace: the caller\'s, through gateway, lane, permit and commit', async t => {
+  // The provider answers in 3 s, past the quote's 2 s deadline: a quote holds a tax permit
+  // while the authorization runs.
+  await fleet.setFaults({ latencyMs: 3_000 })
+  t.teardown(() => fleet.setFaults({}))
+  const quoteId = `trace-quote-${hex(4)}`
+  const quoteBody = { jurisdiction: 'DE', amount: { value: 10_000, currency: 'EUR' } }
+  const quote = fleet.post('/v1/tax/quotes', quoteBody, undefined, { 'x-request-id': quoteId })
+  const held = await eventually(async () => (await fleet.status('tax')).active > 0, 5_000, 20)
+  t.ok(held, 'a quote holds a tax permit, waiting on the slow provider')
   const c = caller()
   const r = await authorize({ traceparent: c.traceparent })
   t.equal(r.status, 201)
+  t.equal((await quote).headers['x-tax-compensation'], 'provider_deadline', 'the quote was answered from the table after the deadline')
   const spans = await eventually(async () => {
     const s = receiver.inTrace(c.traceId)
     return named(s, 'card-auth', 'card-auth-writer commit') && named(s, 'gateway', 'request') ? s : undefined
@@ -84,6 +94,14 @@ t.test('one authorization is one trace: the caller\'s, through gateway, lane, pe
   t.equal(commit?.attributes['watertight.batch.size'], 1)
   t.same(spans.filter(s => s.service === 'watertight-tax'), [], 'no tax span anywhere in the authorization\'s trace')
   t.ok(spans.every(s => s.status !== 2), 'no span failed')
+  // The brownout was traced too, in the quote's own trace: its provider call missed the deadline.
+  const quoteTrace = await eventually(async () => {
+    const gw = receiver.spans.find(s => s.service === 'watertight-gateway' && s.attributes['watertight.request_id'] === quoteId)
+    const provider = gw && named(receiver.inTrace(gw.traceId), 'tax', 'tax provider quote')
+    return provider ? { gw, provider } : undefined
+  }, 10_000)
+  t.equal(quoteTrace?.provider.attributes['watertight.provider.failure'], 'deadline', 'the quote\'s trace shows the provider call that missed its deadline')
+  t.not(quoteTrace?.gw.traceId, c.traceId, 'in a trace of its own')
 })
 
 t.test('a malformed traceparent starts a new trace, and is no error', async t => {
