@@ -27,6 +27,8 @@ export interface Receiver {
   inTrace (traceId: string): ReceivedSpan[]
   /** From now on takes each export and never answers it: a collector that hangs. */
   hang (): void
+  /** The services whose exports it holds unanswered now (each until its exporter gives up). */
+  holding (): string[]
   /** Stops taking connections and cuts the open ones: the collector is down. */
   close (): Promise<void>
 }
@@ -44,14 +46,19 @@ export async function startReceiver (t: Test): Promise<Receiver> {
   const sockets = new Set<Socket>()
   let exports = 0
   let hanging = false
+  const held = new Map<http.IncomingMessage, string>()
   const server = http.createServer((req, res) => {
-    if (hanging) return
     const chunks: Buffer[] = []
     req.on('data', c => chunks.push(c))
     req.on('end', () => {
       if (req.method !== 'POST' || req.url !== '/v1/traces') { res.writeHead(404).end(); return }
-      exports++
       const body = JSON.parse(Buffer.concat(chunks).toString('utf8'))
+      if (hanging) {
+        held.set(req, String(attrs(body.resourceSpans?.[0]?.resource?.attributes)['service.name'] ?? ''))
+        res.once('close', () => held.delete(req))
+        return
+      }
+      exports++
       for (const rs of body.resourceSpans ?? []) {
         const service = String(attrs(rs.resource?.attributes)['service.name'] ?? '')
         for (const ss of rs.scopeSpans ?? []) {
@@ -90,6 +97,7 @@ export async function startReceiver (t: Test): Promise<Receiver> {
     get exports () { return exports },
     inTrace: traceId => spans.filter(s => s.traceId === traceId),
     hang: () => { hanging = true },
+    holding: () => [...held.values()],
     close,
   }
 }
