@@ -149,6 +149,14 @@ async function nested<T> (r: Traced, span: Span, fn: () => Promise<T>): Promise<
   }
 }
 
+/**
+ * fn inside a span under the request's innermost one, and nested in it: what
+ * fn starts with traceOf(req) goes under it. Ended when fn settles.
+ */
+export function inRequestSpan<T> (req: FastifyRequest, name: string, o: SpanOptions, fn: () => Promise<T>): Promise<T> {
+  return inSpan(name, o, traceOf(req), span => underSpan(req, span, fn))
+}
+
 const tracer = () => trace.getTracer('watertight')
 
 /**
@@ -267,6 +275,7 @@ type WithCaller = FastifyRequest & { [CALLER]?: SpanContext }
  */
 export function distrustCallerTraceContext (app: FastifyInstance): void {
   if (!installed) return
+  app.decorateRequest(CALLER as unknown as string, undefined)
   app.addHook('onRequest', (req, _reply, done) => {
     const { traceparent, tracestate } = req.headers
     if (traceparent !== undefined) {

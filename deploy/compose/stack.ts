@@ -11,6 +11,7 @@ import { setTimeout as sleep } from 'node:timers/promises'
 import { promisify } from 'node:util'
 import { createKey, hashKey, readKeyFile } from '../../shared/api-keys.ts'
 import { envPrefix, LANE_NAMES, type LaneName } from '../../shared/lanes.ts'
+import type { Credentials as FleetCredentials } from '../../services/supervisor/supervisor.ts'
 
 const run = promisify(execFile)
 export const ROOT = path.resolve(import.meta.dirname, '../..')
@@ -237,15 +238,8 @@ export async function down (s: Stack, o: { volumes: boolean }): Promise<void> {
   if (r.code !== 0) throw new StackError(`compose down failed:\n${(r.out + r.err).trim()}`)
 }
 
-export interface Credentials {
-  gatewayUrl: string
-  /** Every gateway's URL (the first is gatewayUrl), as npm start writes them. */
-  gatewayUrls: string[]
-  deckUrl: string
-  apiKey: string
-  adminToken: string
-  demoCards: Array<{ token: string, currency: string, available: number }>
-}
+/** What npm start writes to credentials.json, but the database URL: the stack's PostgreSQL is not published. */
+export type Credentials = Omit<FleetCredentials, 'databaseUrl'>
 
 export const KEYS_FILE = path.join(ROOT, 'deploy/compose/keys/api-keys.json')
 

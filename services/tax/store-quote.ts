@@ -60,7 +60,8 @@ export function quoteRecord (req: FastifyRequest, q: QuoteSource): QuoteRecord {
     source: q.source,
     tableVersion,
     reason: q.source === 'compensation' ? q.reason : null,
-    traceparent: traceCarrier(traceOf(req))?.traceparent ?? null,
+    // Only a compensated quote queues a job, and only a job needs the request's trace context.
+    traceparent: q.source === 'compensation' ? traceCarrier(traceOf(req))?.traceparent ?? null : null,
     response: {
       id,
       jurisdiction: body.jurisdiction,

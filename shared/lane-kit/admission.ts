@@ -9,7 +9,7 @@ import type { LaneMetrics, LaneRejectReason } from '../metrics.ts'
 import { executionDb, type Execution } from './execution.ts'
 import { Canceller } from '../cancellation.ts'
 import type { RecoveryWatch } from './recovery.ts'
-import { failed, inSpan, openSpan, traceOf, underSpan, type Span } from '../tracing.ts'
+import { failed, inRequestSpan, openSpan, traceOf, underSpan, type Span } from '../tracing.ts'
 
 export interface LaneResult {
   status: number
@@ -76,9 +76,7 @@ export function admitted (deps: AdmissionDeps, handler: LaneHandler, onReject: R
     admission?.end()
     try {
       const attributes = { 'watertight.lane': deps.lane, 'watertight.deadline_ms': deps.deadlineMs }
-      const run = (span: Span | undefined): Promise<LaneResult> =>
-        underSpan(req, span, () => execute(deps, handler, req, ac))
-      return send(reply, await inSpan('bulkhead.execution', { attributes }, traceOf(req), run))
+      return send(reply, await inRequestSpan(req, 'bulkhead.execution', { attributes }, () => execute(deps, handler, req, ac)))
     } catch (err) {
       if (ac.reason === DISCONNECTED) return reply.hijack()
       throw err
