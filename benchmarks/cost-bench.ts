@@ -46,6 +46,10 @@ const { values: a } = parseFlags({
     redis: { type: 'boolean', default: false },
     tracing: { type: 'boolean', default: false },
     rounds: { type: 'string', default: '2' },
+    // --tracing's pairs: off (the SDK never loaded) or a sampling ratio (0: the
+    // SDK on, sampling nothing). Two alike (off,off,0.01) read how far two pairs
+    // started alike differ with nothing else changed.
+    ratios: { type: 'string', default: 'off,0.01,1' },
   }
 })
 const rates = a.rates!.split(',').map(Number)
@@ -53,7 +57,9 @@ const seconds = numberFlag(a, 'seconds', 1, 3_600)
 const rounds = numberFlag(a, 'rounds', 1, 20)
 if (a.redis && a.tracing) { console.error('cost: --redis or --tracing, not both'); process.exit(2) }
 const alternated = a.redis || a.tracing
-const command = `npm run bench -- cost --rates ${a.rates} --seconds ${seconds}${a.redis ? ` --redis --rounds ${rounds}` : ''}${a.tracing ? ` --tracing --rounds ${rounds}` : ''}${a.rows !== '200000' ? ` --rows ${a.rows}` : ''}${a['fleet-cpus'] ? ` --fleet-cpus ${a['fleet-cpus']}` : ''}${a['generator-cpus'] ? ` --generator-cpus ${a['generator-cpus']}` : ''}`
+const ratios = a.ratios!.split(',').map(r => r === 'off' ? null : Number(r))
+if (a.tracing && (ratios.length < 2 || ratios.some(r => r !== null && !(r >= 0 && r <= 1)))) { console.error('cost: --ratios takes two or more of off or a sampling ratio from 0 to 1, comma-separated'); process.exit(2) }
+const command = `npm run bench -- cost --rates ${a.rates} --seconds ${seconds}${a.redis ? ` --redis --rounds ${rounds}` : ''}${a.tracing ? ` --tracing --rounds ${rounds}${a.ratios !== 'off,0.01,1' ? ` --ratios ${a.ratios}` : ''}` : ''}${a.rows !== '200000' ? ` --rows ${a.rows}` : ''}${a['fleet-cpus'] ? ` --fleet-cpus ${a['fleet-cpus']}` : ''}${a['generator-cpus'] ? ` --generator-cpus ${a['generator-cpus']}` : ''}`
 const LANE_SIDE = ['card-auth', 'pg:card_auth_ds']
 
 // An OTLP/HTTP sink: answers every export at once and counts the spans in it.
@@ -173,7 +179,7 @@ try {
    * gave it: role, settings) and its CPU priority, on ports of their own.
    */
   async function tracedPipeline (
-    o: { name: string, ratio: number, basePort: number, gatewayPid: number, cardAuthPid: number }
+    o: { name: string, ratio: number | null, basePort: number, gatewayPid: number, cardAuthPid: number }
   ): Promise<Target> {
     const sinkPort = o.basePort
     const sink = spawn(process.execPath, ['-e', SINK, String(sinkPort)], { stdio: 'ignore' })
@@ -182,13 +188,13 @@ try {
     const otel = {
       OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${sinkPort}`,
       OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
-      OTEL_TRACES_SAMPLER_ARG: String(o.ratio),
+      OTEL_TRACES_SAMPLER_ARG: String(o.ratio ?? 0),
       // Room for a second of every span at 1,400/s: a full queue drops spans, which would read as cheap.
       OTEL_BSP_MAX_QUEUE_SIZE: '65536',
       OTEL_BSP_SCHEDULE_DELAY: '1000',
       OTEL_BSP_MAX_EXPORT_BATCH_SIZE: '4096',
       // Off: the same processes and settings, the SDK never loaded.
-      ...(o.ratio === 0 ? { OTEL_SDK_DISABLED: 'true' } : {}),
+      ...(o.ratio === null ? { OTEL_SDK_DISABLED: 'true' } : {}),
     }
     const like = (pid: number, label: string, env: Record<string, string>): ChildProcess => {
       const [, ...args] = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean)
@@ -208,7 +214,7 @@ try {
       await sleep(100)
     }
     return {
-      name: o.ratio === 0 ? 'tracing off' : `trace ${o.name}`,
+      name: o.ratio === null ? `tracing ${o.name}` : `trace ${o.name}`,
       url,
       gateway: `gateway ${o.name}`,
       extra: [],
@@ -220,9 +226,12 @@ try {
   if (a.tracing) {
     const own = await fleetProcesses(fleet.pid, db)
     const pidOf = (label: string): number => [...own].find(([, l]) => l === label)![0]
-    let k = 0
-    for (const [name, ratio] of [['off', 0], ['1%', 0.01], ['100%', 1]] as const) {
-      const t = await tracedPipeline({ name, ratio, basePort: basePort + 30 + 4 * k++, gatewayPid: pidOf('gateway'), cardAuthPid: pidOf('card-auth') })
+    for (const [k, ratio] of ratios.entries()) {
+      // A second pair at the same ratio gets a letter: 'off', 'off b'.
+      const base = ratio === null ? 'off' : `${+(ratio * 100).toFixed(2)}%`
+      const twin = ratios.slice(0, k).filter(r => r === ratio).length
+      const name = twin ? `${base} ${String.fromCharCode(97 + twin)}` : base
+      const t = await tracedPipeline({ name, ratio, basePort: basePort + 30 + 4 * k, gatewayPid: pidOf('gateway'), cardAuthPid: pidOf('card-auth') })
       targets.push(t)
     }
     await targets.shift()!.pool.close()
@@ -274,7 +283,8 @@ try {
   }
   for (const rate of rates) {
     for (let round = 0; round < (alternated ? rounds : 1); round++) {
-      for (const t of targets) {
+      // Each round starts one target further on: none always runs first, or always after the same one.
+      for (const t of [...targets.slice(round % targets.length), ...targets.slice(0, round % targets.length)]) {
         await sleep(2_000)
         const procs = await fleetProcesses(fleet.pid, db, names)
         for (const [pid, label] of Object.entries(names)) procs.set(Number(pid), label)
