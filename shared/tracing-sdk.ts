@@ -8,9 +8,10 @@ import { setGlobalErrorHandler, W3CTraceContextPropagator } from '@opentelemetry
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http'
 import { resourceFromAttributes } from '@opentelemetry/resources'
 import {
-  AlwaysOffSampler, AlwaysOnSampler, BatchSpanProcessor, ParentBasedSampler, TraceIdRatioBasedSampler, TracerProvider,
-  type Sampler,
+  AlwaysOffSampler, AlwaysOnSampler, BatchSpanProcessor, ParentBasedSampler, RandomIdGenerator, SamplingDecision,
+  TraceIdRatioBasedSampler, TracerProvider, type IdGenerator, type Sampler,
 } from '@opentelemetry/sdk-trace'
+import { ROOT_CONTEXT, SpanKind, type Span, type SpanOptions } from '@opentelemetry/api'
 import type { SamplerName, TracingConfig } from './tracing.ts'
 
 export function sampler (name: SamplerName, ratio: number): Sampler {
@@ -20,7 +21,36 @@ export function sampler (name: SamplerName, ratio: number): Sampler {
   return name.startsWith('parentbased_') ? new ParentBasedSampler({ root }) : root
 }
 
-export function install (cfg: TracingConfig, serviceName: string) {
+/**
+ * The SDK's random ids, except that a new trace's id can be chosen before its
+ * first span: tracing.ts asks the sampler about a new trace before making any
+ * span (a trace left out gets none), and a trace it keeps must keep the id the
+ * sampler decided on.
+ */
+class ChosenTraceIds implements IdGenerator {
+  readonly #random = new RandomIdGenerator()
+  chosen: string | undefined
+  generateTraceId = (): string => {
+    const id = this.chosen ?? this.#random.generateTraceId()
+    this.chosen = undefined
+    return id
+  }
+
+  generateSpanId = (): string => this.#random.generateSpanId()
+}
+
+/** What tracing.ts uses of the SDK beyond the global API. */
+export interface Installed {
+  shutdown (): Promise<void>
+  traceId (): string
+  spanId (): string
+  /** Whether the sampler keeps a new trace with this id (a root request span's decision). */
+  samples (traceId: string, name: string): boolean
+  /** A new trace's first span, with the id its sampling was decided on. */
+  startRoot (traceId: string, name: string, o: SpanOptions): Span
+}
+
+export function install (cfg: TracingConfig, serviceName: string): Installed {
   // The SDK's own complaints, a failed export above all, as one log line each
   // (as the process's logger writes them), errors only: never a stack trace, and
   // a collector that is down costs a line per export, not a flood.
@@ -38,12 +68,16 @@ export function install (cfg: TracingConfig, serviceName: string) {
     debug: () => {},
     verbose: () => {},
   }, DiagLogLevel.ERROR)
-  const tracesUrl = cfg.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
-  // Without a traces URL the exporter reads OTEL_EXPORTER_OTLP_ENDPOINT and appends /v1/traces.
-  const exporter = new OTLPTraceExporter(tracesUrl ? { url: tracesUrl } : {})
+  // The URL from the validated settings, not left to the exporter's own read of
+  // process.env: the base endpoint gets the signal's path, as the spec has it.
+  const url = cfg.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || `${cfg.OTEL_EXPORTER_OTLP_ENDPOINT.replace(/\/+$/, '')}/v1/traces`
+  const exporter = new OTLPTraceExporter({ url })
+  const ids = new ChosenTraceIds()
+  const chosen = sampler(cfg.OTEL_TRACES_SAMPLER as SamplerName, cfg.OTEL_TRACES_SAMPLER_ARG)
   const provider = new TracerProvider({
+    idGenerator: ids,
     resource: resourceFromAttributes({ 'service.name': serviceName, 'service.namespace': 'watertight' }),
-    sampler: sampler(cfg.OTEL_TRACES_SAMPLER as SamplerName, cfg.OTEL_TRACES_SAMPLER_ARG),
+    sampler: chosen,
     spanProcessors: [new BatchSpanProcessor({
       exporter,
       maxQueueSize: cfg.OTEL_BSP_MAX_QUEUE_SIZE,
@@ -54,5 +88,22 @@ export function install (cfg: TracingConfig, serviceName: string) {
   })
   propagation.setGlobalPropagator(new W3CTraceContextPropagator())
   trace.setGlobalTracerProvider(provider)
-  return { shutdown: () => provider.shutdown() }
+  const tracer = provider.getTracer('watertight')
+  return {
+    shutdown: () => provider.shutdown(),
+    traceId: () => ids.generateTraceId(),
+    spanId: ids.generateSpanId,
+    samples: (traceId, name) => {
+      const { decision } = chosen.shouldSample(ROOT_CONTEXT, traceId, name, SpanKind.SERVER, {}, [])
+      return decision !== SamplingDecision.NOT_RECORD
+    },
+    startRoot: (traceId, name, o) => {
+      ids.chosen = traceId
+      try {
+        return tracer.startSpan(name, o, ROOT_CONTEXT)
+      } finally {
+        ids.chosen = undefined
+      }
+    },
+  }
 }

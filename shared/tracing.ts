@@ -11,6 +11,7 @@ import {
 import type { FastifyInstance, FastifyRequest } from 'fastify'
 import { Type, type Static } from 'typebox'
 import { loadConfig } from './config.ts'
+import type { Installed } from './tracing-sdk.ts'
 
 export { SpanKind, SpanStatusCode, type Context, type Span, type SpanContext }
 
@@ -35,10 +36,6 @@ export const TRACING_SCHEMA = Type.Object({
 })
 
 export type TracingConfig = Static<typeof TRACING_SCHEMA>
-
-interface Installed {
-  shutdown (): Promise<void>
-}
 
 let installed: Installed | undefined
 
@@ -95,23 +92,7 @@ export function registerHttpTracing (app: FastifyInstance): void {
   app.decorateRequest(REQUEST_CONTEXT as unknown as string, undefined)
   app.decorateRequest(REQUEST_SPAN as unknown as string, undefined)
   app.addHook('onRequest', (req, _reply, done) => {
-    if (OPS_PATH.test(req.url)) { done(); return }
-    const parent = propagation.extract(ROOT_CONTEXT, req.headers)
-    if (!recordable(parent)) { (req as Traced)[REQUEST_CONTEXT] = parent; done(); return }
-    const caller = callerSpanContext(req)
-    const span = tracer().startSpan('request', {
-      kind: SpanKind.SERVER,
-      attributes: {
-        'http.request.method': req.method,
-        'url.path': req.url.split('?')[0],
-        ...(req.routeOptions.url ? { 'http.route': req.routeOptions.url } : {}),
-        // The id every log line of the request carries: from a trace to its logs.
-        'watertight.request_id': req.id,
-      },
-      ...(caller ? { links: [{ context: caller, attributes: { 'watertight.link': 'caller' } }] } : {}),
-    }, parent)
-    ;(req as Traced)[REQUEST_SPAN] = span
-    ;(req as Traced)[REQUEST_CONTEXT] = trace.setSpan(parent, span)
+    if (!OPS_PATH.test(req.url)) requestTrace(req as Traced)
     done()
   })
   app.addHook('onError', (req, _reply, err, done) => { failed((req as Traced)[REQUEST_SPAN], err); done() })
@@ -124,6 +105,85 @@ export function registerHttpTracing (app: FastifyInstance): void {
     }
     done()
   })
+}
+
+/**
+ * The request's trace: a caller's sampled one continued with a server span, a
+ * caller's unsampled one passed on as it came (no span, no SDK object: 99 of
+ * 100 requests at 1%), or a new one the sampler decides on before any span is
+ * made. A malformed traceparent is no trace: a new one starts.
+ */
+function requestTrace (req: Traced): void {
+  const sdk = installed!
+  const caller = parseTraceparent(req.headers.traceparent)
+  if (caller && !caller.sampled) {
+    req[REQUEST_CONTEXT] = new Unsampled(caller.traceparent, tracestateOf(req.headers.tracestate))
+    return
+  }
+  const o = {
+    kind: SpanKind.SERVER,
+    attributes: {
+      'http.request.method': req.method,
+      'url.path': req.url.split('?')[0],
+      ...(req.routeOptions.url ? { 'http.route': req.routeOptions.url } : {}),
+      // The id every log line of the request carries: from a trace to its logs.
+      'watertight.request_id': req.id,
+    },
+  }
+  let span: Span
+  let parent = ROOT_CONTEXT
+  if (caller) {
+    parent = propagation.extract(ROOT_CONTEXT, req.headers)
+    span = tracer().startSpan('request', o, parent)
+  } else {
+    const traceId = sdk.traceId()
+    if (!sdk.samples(traceId, 'request')) {
+      req[REQUEST_CONTEXT] = new Unsampled(`00-${traceId}-${sdk.spanId()}-00`, undefined)
+      return
+    }
+    const distrusted = callerSpanContext(req)
+    const links = distrusted ? [{ context: distrusted, attributes: { 'watertight.link': 'caller' } }] : []
+    span = sdk.startRoot(traceId, 'request', { ...o, links })
+  }
+  req[REQUEST_SPAN] = span
+  req[REQUEST_CONTEXT] = trace.setSpan(parent, span)
+}
+
+// W3C traceparent: version-traceid-parentid-flags; a later version may add
+// fields, version 00 may not; all-zero ids and version ff are invalid.
+const TRACEPARENT = /^[ \t]*((?!ff)[\da-f]{2})-((?!0{32})[\da-f]{32})-((?!0{16})[\da-f]{16})-([\da-f]{2})(-.*)?[ \t]*$/
+
+/** A traceparent header's trace, as version 00 (how it is passed on); undefined when absent or malformed. */
+function parseTraceparent (h: unknown): { traceparent: string, sampled: boolean } | undefined {
+  if (typeof h !== 'string') return undefined
+  const m = TRACEPARENT.exec(h)
+  if (!m || (m[1] === '00' && m[5] !== undefined)) return undefined
+  return { traceparent: `00-${m[2]}-${m[3]}-${m[4]}`, sampled: (parseInt(m[4]!, 16) & TraceFlags.SAMPLED) !== 0 }
+}
+
+// W3C allows a tracestate of 512 characters to be cut; one longer is dropped whole.
+const tracestateOf = (h: unknown): string | undefined => typeof h === 'string' && h !== '' && h.length <= 512 ? h : undefined
+
+/**
+ * A trace left out of the sample: the traceparent (and tracestate) to pass on,
+ * nothing else. A Context to the API, as the caller's remote span context.
+ */
+class Unsampled implements Context {
+  #context: Context | undefined
+  constructor (readonly traceparent: string, readonly tracestate: string | undefined) {}
+  #asContext (): Context {
+    this.#context ??= propagation.extract(ROOT_CONTEXT, this.carrier())
+    return this.#context
+  }
+
+  carrier (): TraceCarrier {
+    const { traceparent, tracestate } = this
+    return tracestate ? { traceparent, tracestate } : { traceparent }
+  }
+
+  getValue (key: symbol): unknown { return this.#asContext().getValue(key) }
+  setValue (key: symbol, value: unknown): Context { return this.#asContext().setValue(key, value) }
+  deleteValue (key: symbol): Context { return this.#asContext().deleteValue(key) }
 }
 
 /** The request's trace context now (its innermost open span's); undefined when it is not traced. */
@@ -166,8 +226,14 @@ const tracer = () => trace.getTracer('watertight')
  * non-recording.
  */
 function recordable (ctx: Context): boolean {
+  if (ctx instanceof Unsampled) return false
   const parent = trace.getSpanContext(ctx)
   return parent === undefined || (parent.traceFlags & TraceFlags.SAMPLED) !== 0
+}
+
+/** Whether spans under `ctx` are recorded: tracing on, a trace, and sampled. */
+export function sampled (ctx: Context | undefined): boolean {
+  return installed !== undefined && ctx !== undefined && recordable(ctx)
 }
 
 export interface SpanOptions {
@@ -238,7 +304,7 @@ export function failed (span: Span | undefined, err: unknown): void {
 /** Attributes on the request's innermost span; nothing when it is not traced or not sampled. */
 export function annotate (req: FastifyRequest, attributes: Attributes): void {
   const ctx = traceOf(req)
-  if (ctx) trace.getSpan(ctx)?.setAttributes(attributes)
+  if (ctx && recordable(ctx)) trace.getSpan(ctx)?.setAttributes(attributes)
 }
 
 /**
@@ -251,6 +317,7 @@ export function clientSpan (
   name: string, attributes: Attributes, headers: Record<string, string>, parent: Context | undefined
 ): Span | undefined {
   if (!installed || parent === undefined) return undefined
+  if (parent instanceof Unsampled) { Object.assign(headers, parent.carrier()); return undefined }
   if (!recordable(parent)) { propagation.inject(parent, headers); return undefined }
   const span = tracer().startSpan(name, { kind: SpanKind.CLIENT, attributes }, parent)
   propagation.inject(trace.setSpan(parent, span), headers)
@@ -293,9 +360,13 @@ export function callerSpanContext (req: FastifyRequest): SpanContext | undefined
   return (req as WithCaller)[CALLER]
 }
 
+/** W3C trace context as a job's payload carries it. */
+export interface TraceCarrier { traceparent: string, tracestate?: string }
+
 /** The W3C trace context a job payload carries for its span (the sampling decision with it); undefined when none. */
-export function traceCarrier (parent: Context | undefined): { traceparent: string, tracestate?: string } | undefined {
+export function traceCarrier (parent: Context | undefined): TraceCarrier | undefined {
   if (!installed || parent === undefined) return undefined
+  if (parent instanceof Unsampled) return parent.carrier()
   const c: Record<string, string> = {}
   propagation.inject(parent, c)
   if (!c.traceparent) return undefined

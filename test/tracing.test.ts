@@ -2,9 +2,10 @@
 // export OTLP/HTTP to a real receiver this test starts. One authorization is
 // one trace from the caller's traceparent through the gateway, the lane, its
 // permit and its commit, with no tax span in it; a queued fraud screening's job
-// runs in its request's trace; a compensated tax quote shows the failed
-// provider call; a malformed traceparent starts a new trace; with the
-// collector gone, requests are answered as before.
+// runs in its request's trace; a caller's unsampled trace reaches the job
+// unrecorded; a compensated tax quote shows the failed provider call and its
+// statement; a malformed traceparent starts a new trace; with the collector
+// gone, requests are answered as before.
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import os from 'node:os'
@@ -116,6 +117,38 @@ t.test('a malformed traceparent starts a new trace, and is no error', async t =>
   t.not(gw.traceId, '0'.repeat(32))
 })
 
+t.test('a caller\'s unsampled trace is passed on, never recorded: its queued screenings\' jobs carry it', async t => {
+  const tracestate = 'vendor=t61rcWkgMzE,other=1'
+  const sent = Array.from({ length: 30 }, (_x, i) => {
+    const c = caller()
+    return { i, traceId: c.traceId, traceparent: c.traceparent.replace(/-01$/, '-00') }
+  })
+  const rs = await Promise.all(sent.map(s => fleet.post('/v1/fraud/screenings',
+    { cardToken: `tok_fraud_${s.i % 7}`, merchantId: 'm_u', amount: { value: 2_000 + s.i, currency: 'EUR' } },
+    undefined, { traceparent: s.traceparent, tracestate })))
+  t.ok(rs.every(r => r.status === 200 || r.status === 202), 'every screening answered: screened, or queued')
+  const queued = sent.map((s, i) => ({ ...s, id: rs[i]!.body.id as string })).filter((_s, i) => rs[i]!.status === 202)
+  if (!t.ok(queued.length > 0, `some screenings overflowed to the queue (${rs.map(r => r.status).join(',')})`)) return
+  const jobs = await db.query<{ payload: { screeningId: string, traceparent?: string, tracestate?: string } }>(
+    "select payload from jobs.jobs_hot where payload->>'screeningId' = any($1)", [queued.map(q => q.id)])
+  t.equal(jobs.length, queued.length, 'a job for each queued screening')
+  const byId = new Map(jobs.map(j => [j.payload.screeningId, j.payload]))
+  t.ok(queued.every(q => byId.get(q.id)?.traceparent?.startsWith(`00-${q.traceId}-`) && byId.get(q.id)?.traceparent?.endsWith('-00')),
+    'each job carries its request\'s trace id, still not sampled')
+  t.ok(queued.every(q => byId.get(q.id)?.tracestate === tracestate), 'and the caller\'s tracestate')
+  // A sampled screening after them: once its spans are in, any span of theirs
+  // would be too (each process exports its spans in the order they ended).
+  const marker = caller()
+  await fleet.post('/v1/fraud/screenings', { cardToken: 'tok_fraud_marker', merchantId: 'm_u', amount: { value: 1, currency: 'EUR' } },
+    undefined, { traceparent: marker.traceparent })
+  const markerIn = await eventually(async () => {
+    const s = receiver.inTrace(marker.traceId)
+    return named(s, 'gateway', 'request') && named(s, 'fraud', 'request') ? s : undefined
+  }, 10_000)
+  t.ok(markerIn, 'the sampled screening after them was recorded, in the gateway and the lane')
+  t.same(sent.flatMap(s => receiver.inTrace(s.traceId)), [], 'no span of the unsampled requests, in any process')
+})
+
 t.test('a queued fraud screening: its job runs in the request\'s trace, linked to the span that queued it', async t => {
   const sent = Array.from({ length: 30 }, (_x, i) => ({ i, ...caller() }))
   const rs = await Promise.all(sent.map(s => fleet.post('/v1/fraud/screenings',
@@ -162,6 +195,11 @@ t.test('a compensated tax quote: the failed provider call and the compensation i
   const exec = named(spans, 'tax', 'bulkhead.execution')!
   t.ok(descends(spans, provider, exec.spanId), 'inside the execution that held the permit')
   t.equal(exec.attributes['watertight.tax.compensation'], 'provider_error', 'the execution says why it compensated')
+  const statement = named(spans, 'tax', 'db tax-store-compensated')
+  t.match(statement, { kind: 3, attributes: { 'db.system.name': 'postgresql', 'db.operation.name': 'WITH' } },
+    'the statement that stored the quote and queued its reconcile job is a client span')
+  t.ok(descends(spans, statement, exec.spanId), 'inside the execution')
+  t.match(statement?.attributes['db.query.text'], /jobs\.enqueue\(/, 'with its text')
 })
 
 t.test('with the collector hung, then down, requests are answered as before', async t => {

@@ -6,6 +6,7 @@
 import type pg from 'pg'
 import { GroupCommit, withReplays } from '../../shared/db/group-commit.ts'
 import { JOB_NAMES, QUEUES } from '../../shared/queue/job-types.ts'
+import type { TraceCarrier } from '../../shared/tracing.ts'
 
 export interface QueuedScreening {
   id: string
@@ -19,8 +20,8 @@ export interface QueuedScreening {
   ipCountry: string | null
   billingCountry: string | null
   response: { id: string, mode: 'async', status: 'queued' }
-  /** The W3C traceparent of the request, for its job's span (null when not traced). */
-  traceparent?: string | null
+  /** The request's W3C trace context, for its job's span (null when not traced). */
+  trace?: TraceCarrier | null
 }
 
 export interface StoredScreening { fingerprint: string, response: { id: string, mode?: string }, inserted: boolean }
@@ -33,8 +34,8 @@ export interface StoredScreening { fingerprint: string, response: { id: string, 
 // in jobs.enqueue_keys for good for every queued screening).
 const WRITE_BATCH = `
   with input as (
-    select * from unnest($1::int[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::text[], $10::text[], $11::text[], $12::jsonb[], $13::text[])
-      as t(ord, id, client_id, idempotency_key, fingerprint, card_token, merchant_id, amount, currency, ip_country, billing_country, response, traceparent)
+    select * from unnest($1::int[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::text[], $10::text[], $11::text[], $12::jsonb[], $13::jsonb[])
+      as t(ord, id, client_id, idempotency_key, fingerprint, card_token, merchant_id, amount, currency, ip_country, billing_country, response, trace)
   ), ins as (
     insert into fraud.screenings (id, client_id, idempotency_key, fingerprint, card_token, merchant_id, amount, currency, ip_country, billing_country, mode, status, response)
     select id, client_id, idempotency_key, fingerprint, card_token, merchant_id, amount, currency, ip_country, billing_country, 'async', 'queued', response
@@ -43,7 +44,7 @@ const WRITE_BATCH = `
     returning id
   ), jobs as (
     select count(*) as n from jobs.enqueue_many('${QUEUES.fraudAsync}', '${JOB_NAMES.fraudScore}',
-      array(select jsonb_strip_nulls(jsonb_build_object('screeningId', i.id, 'traceparent', i.traceparent))
+      array(select jsonb_build_object('screeningId', i.id) || coalesce(i.trace, '{}')
               from input i join ins using (id) order by i.ord),
       null, 0, 0, 10)
   )
@@ -67,7 +68,7 @@ export function screeningWriter (
       const col = <K extends keyof QueuedScreening>(k: K) => ss.map(s => s[k])
       const { rows } = await c.query<{ ord: number, inserted: boolean }>({ name: 'fraud-write-batch', text: WRITE_BATCH }, [
         ss.map((_s, i) => i), col('id'), col('clientId'), col('key'), col('fingerprint'), col('cardToken'), col('merchantId'), col('amount'), col('currency'),
-        col('ipCountry'), col('billingCountry'), ss.map(s => JSON.stringify(s.response)), col('traceparent')])
+        col('ipCountry'), col('billingCountry'), ss.map(s => JSON.stringify(s.response)), ss.map(s => s.trace ? JSON.stringify(s.trace) : null)])
       return withReplays<StoredScreening['response']>(c, ss, rows.map(r => r.inserted), TAKEN)
     },
   })

@@ -71,7 +71,7 @@ export function fraudRoutes (weights: ScoringWeights, writer: ScreeningWriter) {
           ipCountry: body.ipCountry ?? null,
           billingCountry: body.billingCountry ?? null,
           response: { id, mode: 'async', status: 'queued' },
-          traceparent: traceCarrier(traceOf(req))?.traceparent ?? null,
+          trace: traceCarrier(traceOf(req)) ?? null,
         }, undefined, traceOf(req))
       } catch (err) {
         throw saturated(`fraud lane saturated and the screening could not be queued (${(err as Error).message})`)

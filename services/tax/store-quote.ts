@@ -15,7 +15,7 @@ import type { LaneResult } from '../../shared/lane-kit/admission.ts'
 import type { Execution } from '../../shared/lane-kit/execution.ts'
 import { clientIdOf, fingerprint, idempotencyKeyOf, replay } from '../../shared/lane-kit/request-context.ts'
 import { JOB_NAMES, QUEUES } from '../../shared/queue/job-types.ts'
-import { traceCarrier, traceOf, type Context } from '../../shared/tracing.ts'
+import { traceCarrier, traceOf, type Context, type TraceCarrier } from '../../shared/tracing.ts'
 
 export type QuoteSource = { source: 'provider', rate: number } | { source: 'compensation', rate: number, tableVersion: string, reason: string }
 
@@ -35,8 +35,8 @@ export interface QuoteRecord {
   tableVersion: string | null
   reason: string | null
   response: Record<string, unknown>
-  /** The W3C traceparent of the request, for its reconcile job's span (null when not traced). */
-  traceparent?: string | null
+  /** The request's W3C trace context, for its reconcile job's span (null when not traced). */
+  trace?: TraceCarrier | null
 }
 
 interface Stored { fingerprint: string, response: unknown, inserted: boolean }
@@ -61,7 +61,7 @@ export function quoteRecord (req: FastifyRequest, q: QuoteSource): QuoteRecord {
     tableVersion,
     reason: q.source === 'compensation' ? q.reason : null,
     // Only a compensated quote queues a job, and only a job needs the request's trace context.
-    traceparent: q.source === 'compensation' ? traceCarrier(traceOf(req))?.traceparent ?? null : null,
+    trace: q.source === 'compensation' ? traceCarrier(traceOf(req)) ?? null : null,
     response: {
       id,
       jurisdiction: body.jurisdiction,
@@ -117,7 +117,7 @@ const quoteValues = (r: QuoteRecord): unknown[] => [
   r.rate, r.tax, r.total, r.source, r.tableVersion, r.response,
 ]
 const compensatedValues = (r: QuoteRecord): unknown[] => [
-  ...quoteValues(r), { quoteId: r.id, reason: r.reason, ...(r.traceparent ? { traceparent: r.traceparent } : {}) },
+  ...quoteValues(r), { quoteId: r.id, reason: r.reason, ...r.trace },
 ]
 
 // One statement writes the batch's quotes and, for those that were new, their
@@ -128,9 +128,9 @@ const compensatedValues = (r: QuoteRecord): unknown[] => [
 const WRITE_BATCH = `
   with input as (
     select * from unnest($1::int[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[],
-                         $9::numeric[], $10::bigint[], $11::bigint[], $12::text[], $13::jsonb[], $14::text[], $15::text[])
+                         $9::numeric[], $10::bigint[], $11::bigint[], $12::text[], $13::jsonb[], $14::text[], $15::jsonb[])
       as t(ord, id, client_id, idempotency_key, fingerprint, jurisdiction, amount, currency, rate, tax, total, table_version,
-           response, reason, traceparent)
+           response, reason, trace)
   ), ins as (
     insert into tax.quotes (${QUOTE_COLUMNS})
     select id, client_id, idempotency_key, fingerprint, jurisdiction, amount, currency, rate, tax, total, 'compensation', table_version, response
@@ -139,7 +139,7 @@ const WRITE_BATCH = `
     returning id
   ), jobs as (
     select count(*) as n from jobs.enqueue_many('${QUEUES.taxReconcile}', '${JOB_NAMES.taxReconcile}',
-      array(select jsonb_strip_nulls(jsonb_build_object('quoteId', i.id, 'reason', i.reason, 'traceparent', i.traceparent))
+      array(select jsonb_strip_nulls(jsonb_build_object('quoteId', i.id, 'reason', i.reason)) || coalesce(i.trace, '{}')
               from input i join ins using (id) order by i.ord),
       null, 0, 0, 20)
   )
@@ -167,7 +167,7 @@ export function compensationWriter (
       const { rows } = await c.query<{ ord: number, inserted: boolean }>({ name: 'tax-write-batch', text: WRITE_BATCH }, [
         rs.map((_r, i) => i), col('id'), col('clientId'), col('key'), col('fingerprint'), col('jurisdiction'), col('amount'), col('currency'),
         col('rate'), col('tax'), col('total'), col('tableVersion'), rs.map(r => JSON.stringify(r.response)), col('reason'),
-        col('traceparent')])
+        rs.map(r => r.trace ? JSON.stringify(r.trace) : null)])
       return withReplays<unknown>(c, rs, rows.map(r => r.inserted), TAKEN)
     },
   })

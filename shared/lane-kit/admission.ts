@@ -134,7 +134,7 @@ async function execute (
   const exec: Execution = {
     get signal () { return ac.signal },
     cancel: ac,
-    db: executionDb(deps.pool, ac, deps.recovery),
+    db: executionDb(deps.pool, ac, deps.recovery, traceOf(req)),
   }
   try {
     return await Promise.race([handler(req, exec), stopped])

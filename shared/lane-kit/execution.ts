@@ -7,6 +7,7 @@ import type pg from 'pg'
 import { PoolReplaced } from '../db/pool.ts'
 import { inTransaction } from '../db/transaction.ts'
 import type { Cancellation } from '../cancellation.ts'
+import { inSpan, sampled, SpanKind, type Context } from '../tracing.ts'
 
 export interface ExecutionDb {
   /** A named query (`{ name, text }`) is parsed once per connection and reused. */
@@ -31,8 +32,12 @@ export interface Execution {
 /** Where an execution reports whether the database handed it a connection (lane-kit/recovery.ts). */
 export interface DependencyReport { dependencyFailed (name: string): void, dependencyOk (name: string): void }
 
+/**
+ * `trace`: the execution's trace context; when its trace is sampled, each
+ * statement (and each transaction) is a client span under it.
+ */
 export function executionDb (
-  poolOf: pg.Pool | (() => pg.Pool), signal: Cancellation, report?: DependencyReport
+  poolOf: pg.Pool | (() => pg.Pool), signal: Cancellation, report?: DependencyReport, trace?: Context
 ): ExecutionDb {
   const current = typeof poolOf === 'function' ? poolOf : () => poolOf
   const held = new Set<{ client: pg.PoolClient, released: boolean }>()
@@ -84,8 +89,33 @@ export function executionDb (
     }
   }
 
-  return {
+  const db: ExecutionDb = {
     query: (text, values) => withClient(c => typeof text === 'string' ? c.query(text, values) : c.query({ ...text, values })),
     tx: fn => withClient(c => inTransaction(c, fn, { skipRollback: () => signal.aborted })),
+  }
+  return sampled(trace) ? tracedDb(db, trace!) : db
+}
+
+/**
+ * Statement spans, OpenTelemetry's database conventions: named by the
+ * prepared statement's name or the SQL's first word. The text goes as it is
+ * (values are always parameters, never in it). No sqlcommenter comment: the
+ * lanes' statements are prepared once per connection by name, and a comment
+ * that changes per request would have them parsed again on every call.
+ */
+function tracedDb (db: ExecutionDb, trace: Context): ExecutionDb {
+  const attributes = (text: string, operation: string) => ({
+    'db.system.name': 'postgresql', 'db.operation.name': operation, 'db.query.text': text.trim(),
+  })
+  return {
+    query: (text, values) => {
+      const sql = typeof text === 'string' ? text : text.text
+      const operation = /^\s*(\w+)/.exec(sql)?.[1]?.toUpperCase() ?? 'QUERY'
+      const name = typeof text === 'string' ? operation : text.name
+      return inSpan(`db ${name}`, { kind: SpanKind.CLIENT, attributes: attributes(sql, operation) }, trace, () => db.query(text, values))
+    },
+    tx: fn => inSpan('db transaction', {
+      kind: SpanKind.CLIENT, attributes: { 'db.system.name': 'postgresql', 'db.operation.name': 'TRANSACTION' },
+    }, trace, () => db.tx(fn)),
   }
 }
