@@ -14,14 +14,15 @@
 // to end adds that gateway's Redis: gateway+redis + redis-server + card-auth +
 // pg:card_auth_ds.
 //
-// --tracing: the cost of tracing (shared/tracing.ts), in one run: three more
+// --tracing: the cost of tracing (shared/tracing.ts), in one run: more
 // gateway and card-auth pairs beside the fleet's own, started alike with the
 // environment of the fleet's own (its role, its settings, its CPU priority),
-// each pointed at an OTLP sink of its own: one with tracing off, one sampling
-// 1% of traces, one all of them. Each rate's load is alternated between the
-// three --rounds times (the fleet's own pair stays idle: started by the
-// supervisor, it would not be alike). The sinks' CPU is reported, not
-// counted: the collector is not the fleet's.
+// each pointed at an OTLP sink of its own, one per --ratios entry: off, a
+// sampling ratio, or base (--baseline: another checkout's build, the code
+// before tracing). Each rate's load is alternated between them --rounds
+// times, each round starting one further on (the fleet's own pair stays idle:
+// started by the supervisor, it would not be alike). The sinks' CPU is
+// reported, not counted: the collector is not the fleet's.
 import { spawn, type ChildProcess } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
@@ -46,10 +47,16 @@ const { values: a } = parseFlags({
     redis: { type: 'boolean', default: false },
     tracing: { type: 'boolean', default: false },
     rounds: { type: 'string', default: '2' },
-    // --tracing's pairs: off (the SDK never loaded) or a sampling ratio (0: the
-    // SDK on, sampling nothing). Two alike (off,off,0.01) read how far two pairs
-    // started alike differ with nothing else changed.
+    // --tracing's pairs: off (the SDK never loaded), a sampling ratio (0: the
+    // SDK on, sampling nothing), or base (--baseline's build). Two alike
+    // (off,off,0.01) read how far two pairs started alike differ with nothing
+    // else changed.
     ratios: { type: 'string', default: 'off,0.01,1' },
+    // Another build of the fleet for the `base` pair, tracing off: a checkout's
+    // directory with its dist/ built (off against the code before tracing).
+    baseline: { type: 'string' },
+    // --tracing's pairs under --cpu-prof, their profiles written here when they stop.
+    'cpu-prof-dir': { type: 'string' },
   }
 })
 const rates = a.rates!.split(',').map(Number)
@@ -57,9 +64,11 @@ const seconds = numberFlag(a, 'seconds', 1, 3_600)
 const rounds = numberFlag(a, 'rounds', 1, 20)
 if (a.redis && a.tracing) { console.error('cost: --redis or --tracing, not both'); process.exit(2) }
 const alternated = a.redis || a.tracing
-const ratios = a.ratios!.split(',').map(r => r === 'off' ? null : Number(r))
-if (a.tracing && (ratios.length < 2 || ratios.some(r => r !== null && !(r >= 0 && r <= 1)))) { console.error('cost: --ratios takes two or more of off or a sampling ratio from 0 to 1, comma-separated'); process.exit(2) }
-const command = `npm run bench -- cost --rates ${a.rates} --seconds ${seconds}${a.redis ? ` --redis --rounds ${rounds}` : ''}${a.tracing ? ` --tracing --rounds ${rounds}${a.ratios !== 'off,0.01,1' ? ` --ratios ${a.ratios}` : ''}` : ''}${a.rows !== '200000' ? ` --rows ${a.rows}` : ''}${a['fleet-cpus'] ? ` --fleet-cpus ${a['fleet-cpus']}` : ''}${a['generator-cpus'] ? ` --generator-cpus ${a['generator-cpus']}` : ''}`
+const ratios = a.ratios!.split(',').map(r => r === 'off' || r === 'base' ? r as 'off' | 'base' : Number(r))
+if (a.tracing && (ratios.length < 2 || ratios.some(r => typeof r === 'number' && !(r >= 0 && r <= 1)))) { console.error('cost: --ratios takes two or more of off, base or a sampling ratio from 0 to 1, comma-separated'); process.exit(2) }
+if (ratios.includes('base') !== (a.baseline !== undefined)) { console.error('cost: --ratios base and --baseline <checkout> go together'); process.exit(2) }
+if (a.baseline && !fs.existsSync(path.join(a.baseline, 'dist/services/main.js'))) { console.error(`cost: --baseline ${a.baseline}: no dist/services/main.js there (build that checkout first)`); process.exit(2) }
+const command = `npm run bench -- cost --rates ${a.rates} --seconds ${seconds}${a.redis ? ` --redis --rounds ${rounds}` : ''}${a.tracing ? ` --tracing --rounds ${rounds}${a.ratios !== 'off,0.01,1' ? ` --ratios ${a.ratios}` : ''}${a.baseline ? ` --baseline ${a.baseline}` : ''}${a['cpu-prof-dir'] ? ` --cpu-prof-dir ${a['cpu-prof-dir']}` : ''}` : ''}${a.rows !== '200000' ? ` --rows ${a.rows}` : ''}${a['fleet-cpus'] ? ` --fleet-cpus ${a['fleet-cpus']}` : ''}${a['generator-cpus'] ? ` --generator-cpus ${a['generator-cpus']}` : ''}`
 const LANE_SIDE = ['card-auth', 'pg:card_auth_ds']
 
 // An OTLP/HTTP sink: answers every export at once and counts the spans in it.
@@ -179,7 +188,9 @@ try {
    * gave it: role, settings) and its CPU priority, on ports of their own.
    */
   async function tracedPipeline (
-    o: { name: string, ratio: number | null, basePort: number, gatewayPid: number, cardAuthPid: number }
+    o: {
+      name: string, ratio: number | 'off' | 'base', basePort: number, gatewayPid: number, cardAuthPid: number, checkout?: string
+    }
   ): Promise<Target> {
     const sinkPort = o.basePort
     const sink = spawn(process.execPath, ['-e', SINK, String(sinkPort)], { stdio: 'ignore' })
@@ -188,17 +199,27 @@ try {
     const otel = {
       OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${sinkPort}`,
       OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
-      OTEL_TRACES_SAMPLER_ARG: String(o.ratio ?? 0),
+      OTEL_TRACES_SAMPLER_ARG: String(typeof o.ratio === 'number' ? o.ratio : 0),
       // Room for a second of every span at 1,400/s: a full queue drops spans, which would read as cheap.
       OTEL_BSP_MAX_QUEUE_SIZE: '65536',
       OTEL_BSP_SCHEDULE_DELAY: '1000',
       OTEL_BSP_MAX_EXPORT_BATCH_SIZE: '4096',
+      // Every run starts from a process as warm as load leaves it: one that sat
+      // out a run idles past IDLE_TRIM_SECONDS and gives its young generation
+      // back, and the next 15 s at 1,400/s read ~70 µs an authorization dearer
+      // than a run straight after its last one, whatever it traces.
+      IDLE_TRIM_SECONDS: '0',
       // Off: the same processes and settings, the SDK never loaded.
-      ...(o.ratio === null ? { OTEL_SDK_DISABLED: 'true' } : {}),
+      ...(typeof o.ratio === 'number' ? {} : { OTEL_SDK_DISABLED: 'true' }),
     }
     const like = (pid: number, label: string, env: Record<string, string>): ChildProcess => {
-      const [, ...args] = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean)
-      const p = spawn(process.execPath, args, { stdio: 'ignore', env: { ...environOf(pid), LOG_LEVEL: 'warn', ...otel, ...env } })
+      const [, ...own] = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean)
+      const dist = path.resolve('dist') + path.sep
+      const args = o.checkout ? own.map(x => x.startsWith(dist) ? path.join(path.resolve(o.checkout!), 'dist', x.slice(dist.length)) : x) : own
+      const prof = a['cpu-prof-dir'] ? ['--cpu-prof', '--cpu-prof-dir', a['cpu-prof-dir']] : []
+      const p = spawn(process.execPath, [...prof, ...args], { stdio: 'ignore', env: { ...environOf(pid), LOG_LEVEL: 'warn', ...otel, ...env } })
+      // A profile's file is named by its pid.
+      if (prof.length) console.log(`${label}: pid ${p.pid}`)
       extra.push(p)
       names[p.pid!] = label
       os.setPriority(p.pid!, os.getPriority(pid))
@@ -214,7 +235,7 @@ try {
       await sleep(100)
     }
     return {
-      name: o.ratio === null ? `tracing ${o.name}` : `trace ${o.name}`,
+      name: typeof o.ratio === 'number' ? `trace ${o.name}` : `tracing ${o.name}`,
       url,
       gateway: `gateway ${o.name}`,
       extra: [],
@@ -228,11 +249,11 @@ try {
     const pidOf = (label: string): number => [...own].find(([, l]) => l === label)![0]
     for (const [k, ratio] of ratios.entries()) {
       // A second pair at the same ratio gets a letter: 'off', 'off b'.
-      const base = ratio === null ? 'off' : `${+(ratio * 100).toFixed(2)}%`
+      const base = typeof ratio === 'number' ? `${+(ratio * 100).toFixed(2)}%` : ratio
       const twin = ratios.slice(0, k).filter(r => r === ratio).length
       const name = twin ? `${base} ${String.fromCharCode(97 + twin)}` : base
-      const t = await tracedPipeline({ name, ratio, basePort: basePort + 30 + 4 * k, gatewayPid: pidOf('gateway'), cardAuthPid: pidOf('card-auth') })
-      targets.push(t)
+      const pair = { name, ratio, basePort: basePort + 30 + 4 * k, gatewayPid: pidOf('gateway'), cardAuthPid: pidOf('card-auth') }
+      targets.push(await tracedPipeline(ratio === 'base' ? { ...pair, checkout: a.baseline! } : pair))
     }
     await targets.shift()!.pool.close()
   }
