@@ -120,7 +120,28 @@ function requestTrace (req: Traced): void {
     req[REQUEST_CONTEXT] = new Unsampled(caller.traceparent, tracestateOf(req.headers.tracestate))
     return
   }
-  const o = {
+  let span: Span
+  let parent = ROOT_CONTEXT
+  if (caller) {
+    parent = propagation.extract(ROOT_CONTEXT, req.headers)
+    span = tracer().startSpan('request', requestSpanOptions(req), parent)
+  } else {
+    const traceId = sdk.traceId()
+    if (!sdk.samples(traceId, 'request')) {
+      req[REQUEST_CONTEXT] = new Unsampled(`00-${traceId}-${sdk.spanId()}-00`, undefined)
+      return
+    }
+    const distrusted = callerSpanContext(req)
+    const links = distrusted ? [{ context: distrusted, attributes: { 'watertight.link': 'caller' } }] : []
+    span = sdk.startRoot(traceId, 'request', { ...requestSpanOptions(req), links })
+  }
+  req[REQUEST_SPAN] = span
+  req[REQUEST_CONTEXT] = trace.setSpan(parent, span)
+}
+
+// Made only for a span that is recorded: Fastify builds routeOptions anew on each read.
+function requestSpanOptions (req: Traced): SpanOptions {
+  return {
     kind: SpanKind.SERVER,
     attributes: {
       'http.request.method': req.method,
@@ -130,34 +151,19 @@ function requestTrace (req: Traced): void {
       'watertight.request_id': req.id,
     },
   }
-  let span: Span
-  let parent = ROOT_CONTEXT
-  if (caller) {
-    parent = propagation.extract(ROOT_CONTEXT, req.headers)
-    span = tracer().startSpan('request', o, parent)
-  } else {
-    const traceId = sdk.traceId()
-    if (!sdk.samples(traceId, 'request')) {
-      req[REQUEST_CONTEXT] = new Unsampled(`00-${traceId}-${sdk.spanId()}-00`, undefined)
-      return
-    }
-    const distrusted = callerSpanContext(req)
-    const links = distrusted ? [{ context: distrusted, attributes: { 'watertight.link': 'caller' } }] : []
-    span = sdk.startRoot(traceId, 'request', { ...o, links })
-  }
-  req[REQUEST_SPAN] = span
-  req[REQUEST_CONTEXT] = trace.setSpan(parent, span)
 }
 
 // W3C traceparent: version-traceid-parentid-flags; a later version may add
 // fields, version 00 may not; all-zero ids and version ff are invalid.
-const TRACEPARENT = /^[ \t]*((?!ff)[\da-f]{2})-((?!0{32})[\da-f]{32})-((?!0{16})[\da-f]{16})-([\da-f]{2})(-.*)?[ \t]*$/
+const TRACEPARENT = /^[ \t]*([\da-f]{2})-([\da-f]{32})-([\da-f]{16})-([\da-f]{2})(-.*)?[ \t]*$/
+const ZERO_TRACE = '0'.repeat(32)
+const ZERO_SPAN = '0'.repeat(16)
 
 /** A traceparent header's trace, as version 00 (how it is passed on); undefined when absent or malformed. */
 function parseTraceparent (h: unknown): { traceparent: string, sampled: boolean } | undefined {
   if (typeof h !== 'string') return undefined
   const m = TRACEPARENT.exec(h)
-  if (!m || (m[1] === '00' && m[5] !== undefined)) return undefined
+  if (!m || m[1] === 'ff' || m[2] === ZERO_TRACE || m[3] === ZERO_SPAN || (m[1] === '00' && m[5] !== undefined)) return undefined
   return { traceparent: `00-${m[2]}-${m[3]}-${m[4]}`, sampled: (parseInt(m[4]!, 16) & TraceFlags.SAMPLED) !== 0 }
 }
 
