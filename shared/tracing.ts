@@ -39,11 +39,6 @@ export type TracingConfig = Static<typeof TRACING_SCHEMA>
 
 let installed: Installed | undefined
 
-/** Whether this process traces (startTracing found an endpoint). */
-export function tracingOn (): boolean {
-  return installed !== undefined
-}
-
 /**
  * Reads the OTEL_* variables (ERR_CONFIG_INVALID on a bad one) and, when an
  * endpoint is set, installs the SDK for this process. Call once, before the
@@ -362,7 +357,7 @@ export function distrustCallerTraceContext (app: FastifyInstance): void {
 }
 
 /** The trace context a distrusted caller sent (for the request span's link). */
-export function callerSpanContext (req: FastifyRequest): SpanContext | undefined {
+function callerSpanContext (req: FastifyRequest): SpanContext | undefined {
   return (req as WithCaller)[CALLER]
 }
 
@@ -380,7 +375,7 @@ export function traceCarrier (parent: Context | undefined): TraceCarrier | undef
 }
 
 /** The span context a carrier (a job's `traceparent`) names, for a link; undefined when off or malformed. */
-export function carriedSpanContext (
+function carriedSpanContext (
   carrier: { traceparent?: unknown, tracestate?: unknown } | undefined
 ): SpanContext | undefined {
   if (!installed || typeof carrier?.traceparent !== 'string') return undefined

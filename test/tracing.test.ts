@@ -52,6 +52,17 @@ function descends (spans: ReceivedSpan[], s: ReceivedSpan | undefined, ancestorI
   return false
 }
 
+/** The spans of a trace once it holds each of `parts` ([service, span name]); undefined if not within `ms`. */
+const traceHolding = async (traceId: string, parts: Array<[string, string]>, ms = 10_000) => eventually(async () => {
+  const s = receiver.inTrace(traceId)
+  return parts.every(([service, name]) => named(s, service, name)) ? s : undefined
+}, ms)
+
+/** 30 screenings at once from `merchantId`, the i-th with `headers(i)`: enough to overflow a 2-permit lane. */
+const screeningBurst = (merchantId: string, base: number, headers: (i: number) => Record<string, string>) =>
+  Promise.all(Array.from({ length: 30 }, (_x, i) => fleet.post('/v1/fraud/screenings',
+    { cardToken: `tok_fraud_${i % 7}`, merchantId, amount: { value: base + i, currency: 'EUR' } }, undefined, headers(i))))
+
 const authorize = (headers: Record<string, string> = {}) => fleet.post('/v1/authorizations',
   { merchantId: 'm_trace', cardToken: 'tok_trace', amount: { value: 100, currency: 'EUR' } }, undefined, headers)
 
@@ -69,10 +80,7 @@ t.test('one authorization during a tax brownout is one trace: the caller\'s, thr
   const r = await authorize({ traceparent: c.traceparent })
   t.equal(r.status, 201)
   t.equal((await quote).headers['x-tax-compensation'], 'provider_deadline', 'the quote was answered from the table after the deadline')
-  const spans = await eventually(async () => {
-    const s = receiver.inTrace(c.traceId)
-    return named(s, 'card-auth', 'card-auth-writer commit') && named(s, 'gateway', 'request') ? s : undefined
-  }, 10_000)
+  const spans = await traceHolding(c.traceId, [['card-auth', 'card-auth-writer commit'], ['gateway', 'request']])
   if (!spans) { t.fail('the trace reached the receiver'); return }
   const gw = named(spans, 'gateway', 'request')!
   t.equal(gw.parentSpanId, c.spanId, 'the gateway continued the caller\'s trace: its span is a child of the caller\'s')
@@ -119,13 +127,11 @@ t.test('a malformed traceparent starts a new trace, and is no error', async t =>
 
 t.test('a caller\'s unsampled trace is passed on, never recorded: its queued screenings\' jobs carry it', async t => {
   const tracestate = 'vendor=t61rcWkgMzE,other=1'
-  const sent = Array.from({ length: 30 }, (_x, i) => {
+  const sent = Array.from({ length: 30 }, () => {
     const c = caller()
-    return { i, traceId: c.traceId, traceparent: c.traceparent.replace(/-01$/, '-00') }
+    return { traceId: c.traceId, traceparent: c.traceparent.replace(/-01$/, '-00') }
   })
-  const rs = await Promise.all(sent.map(s => fleet.post('/v1/fraud/screenings',
-    { cardToken: `tok_fraud_${s.i % 7}`, merchantId: 'm_u', amount: { value: 2_000 + s.i, currency: 'EUR' } },
-    undefined, { traceparent: s.traceparent, tracestate })))
+  const rs = await screeningBurst('m_u', 2_000, i => ({ traceparent: sent[i]!.traceparent, tracestate }))
   t.ok(rs.every(r => r.status === 200 || r.status === 202), 'every screening answered: screened, or queued')
   const queued = sent.map((s, i) => ({ ...s, id: rs[i]!.body.id as string })).filter((_s, i) => rs[i]!.status === 202)
   if (!t.ok(queued.length > 0, `some screenings overflowed to the queue (${rs.map(r => r.status).join(',')})`)) return
@@ -141,27 +147,19 @@ t.test('a caller\'s unsampled trace is passed on, never recorded: its queued scr
   const marker = caller()
   await fleet.post('/v1/fraud/screenings', { cardToken: 'tok_fraud_marker', merchantId: 'm_u', amount: { value: 1, currency: 'EUR' } },
     undefined, { traceparent: marker.traceparent })
-  const markerIn = await eventually(async () => {
-    const s = receiver.inTrace(marker.traceId)
-    return named(s, 'gateway', 'request') && named(s, 'fraud', 'request') ? s : undefined
-  }, 10_000)
+  const markerIn = await traceHolding(marker.traceId, [['gateway', 'request'], ['fraud', 'request']])
   t.ok(markerIn, 'the sampled screening after them was recorded, in the gateway and the lane')
   t.same(sent.flatMap(s => receiver.inTrace(s.traceId)), [], 'no span of the unsampled requests, in any process')
 })
 
 t.test('a queued fraud screening: its job runs in the request\'s trace, linked to the span that queued it', async t => {
-  const sent = Array.from({ length: 30 }, (_x, i) => ({ i, ...caller() }))
-  const rs = await Promise.all(sent.map(s => fleet.post('/v1/fraud/screenings',
-    { cardToken: `tok_fraud_${s.i % 7}`, merchantId: 'm_f', amount: { value: 1_000 + s.i, currency: 'EUR' } },
-    undefined, { traceparent: s.traceparent })))
+  const sent = Array.from({ length: 30 }, () => caller())
+  const rs = await screeningBurst('m_f', 1_000, i => ({ traceparent: sent[i]!.traceparent }))
   const queued = sent.filter((_s, i) => rs[i]!.status === 202)
   if (!t.ok(queued.length > 0, `some screenings overflowed to the queue (${rs.map(r => r.status).join(',')})`)) return
   await startWorker(t, db, ['fraud-async'], { ...fraud, ...otel, FRAUD_DATABASE_URL: db.laneUrl('fraud', fraud) })
   const one = queued[0]!
-  const spans = await eventually(async () => {
-    const s = receiver.inTrace(one.traceId)
-    return named(s, 'worker', 'job fraud.score') && named(s, 'fraud', 'bulkhead.admission') ? s : undefined
-  }, 20_000)
+  const spans = await traceHolding(one.traceId, [['worker', 'job fraud.score'], ['fraud', 'bulkhead.admission']], 20_000)
   if (!spans) { t.fail('the job\'s span reached the receiver in the request\'s trace'); return }
   const admission = named(spans, 'fraud', 'bulkhead.admission')!
   t.match(admission.attributes, { 'watertight.bulkhead.decision': 'rejected', 'watertight.bulkhead.answer': 'overflowed' },
@@ -183,10 +181,7 @@ t.test('a compensated tax quote: the failed provider call and the compensation i
   const r = await fleet.post('/v1/tax/quotes', { jurisdiction: 'DE', amount: { value: 10_000, currency: 'EUR' } }, undefined, { traceparent: c.traceparent })
   t.equal(r.status, 200)
   t.equal(r.headers['x-tax-compensation'], 'provider_error', 'answered from the certified table')
-  const spans = await eventually(async () => {
-    const s = receiver.inTrace(c.traceId)
-    return named(s, 'tax', 'tax provider quote') && named(s, 'tax', 'bulkhead.execution') ? s : undefined
-  }, 10_000)
+  const spans = await traceHolding(c.traceId, [['tax', 'tax provider quote'], ['tax', 'bulkhead.execution']])
   if (!spans) { t.fail('the quote\'s trace reached the receiver'); return }
   const provider = named(spans, 'tax', 'tax provider quote')!
   t.equal(provider.kind, 3, 'the provider call is a client span')

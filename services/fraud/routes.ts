@@ -57,6 +57,7 @@ export function fraudRoutes (weights: ScoringWeights, writer: ScreeningWriter) {
       const body = req.body as ScreeningRequest
       const id = newId()
       const fp = fingerprint(body)
+      const trace = traceOf(req)
       let stored
       try {
         stored = await writer.submit({
@@ -71,8 +72,8 @@ export function fraudRoutes (weights: ScoringWeights, writer: ScreeningWriter) {
           ipCountry: body.ipCountry ?? null,
           billingCountry: body.billingCountry ?? null,
           response: { id, mode: 'async', status: 'queued' },
-          trace: traceCarrier(traceOf(req)) ?? null,
-        }, undefined, traceOf(req))
+          trace: traceCarrier(trace) ?? null,
+        }, undefined, trace)
       } catch (err) {
         throw saturated(`fraud lane saturated and the screening could not be queued (${(err as Error).message})`)
       }

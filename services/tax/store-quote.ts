@@ -139,7 +139,7 @@ const WRITE_BATCH = `
     returning id
   ), jobs as (
     select count(*) as n from jobs.enqueue_many('${QUEUES.taxReconcile}', '${JOB_NAMES.taxReconcile}',
-      array(select jsonb_strip_nulls(jsonb_build_object('quoteId', i.id, 'reason', i.reason)) || coalesce(i.trace, '{}')
+      array(select jsonb_build_object('quoteId', i.id, 'reason', i.reason) || coalesce(i.trace, '{}')
               from input i join ins using (id) order by i.ord),
       null, 0, 0, 20)
   )

@@ -217,7 +217,7 @@ export class GroupCommit<I, O> {
    * linking back to each (a request's trace shows the batch it joined).
    */
   #batchSpan (batch: ReadonlyArray<Pending<I, O>>): Span | undefined {
-    const waits = batch.flatMap(p => p.span?.isRecording() ? [p.span] : [])
+    const waits = batch.flatMap(p => p.span ? [p.span] : [])
     if (waits.length === 0) return undefined
     const span = openSpan(`${this.#o.name} commit`, {
       attributes: { 'watertight.writer': this.#o.name, 'watertight.batch.size': batch.length },
