@@ -12,7 +12,9 @@
 // in one run: a redis-server and a second gateway on it beside the fleet's, and
 // each rate's load alternated between the two gateways --rounds times. Its end
 // to end adds that gateway's Redis: gateway+redis + redis-server + card-auth +
-// pg:card_auth_ds.
+// pg:card_auth_ds. After the runs, on the same redis-server, the floor
+// (benchmarks/redis-floor.ts): one bare round trip per request at the first
+// rate, and the store alone outside the gateway.
 //
 // --tracing: the cost of tracing (shared/tracing.ts), in one run: more
 // gateway and card-auth pairs beside the fleet's own, started alike with the
@@ -23,10 +25,11 @@
 // times, each round starting one further on (the fleet's own pair stays idle:
 // started by the supervisor, it would not be alike). The sinks' CPU is
 // reported, not counted: the collector is not the fleet's.
-import { spawn, type ChildProcess } from 'node:child_process'
+import { execFile, spawn, type ChildProcess } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
+import { promisify } from 'node:util'
 import pg from 'pg'
 import { Pool } from 'undici'
 import { loadCardToken, seedLoadCards } from '../services/card-auth/seed.ts'
@@ -109,7 +112,18 @@ const basePort = numberFlag(a, 'base-port', 1_024, 60_000)
 const dataDir = '.data/bench-cost'
 const fleet = await startLocalFleet({ dataDir, basePort, cpus: a['fleet-cpus'], env: { LOG_LEVEL: 'warn' } })
 if (a['generator-cpus'] && hasTaskset()) pinSelf(a['generator-cpus'])
+const execFileP = promisify(execFile)
 const extra: ChildProcess[] = []
+/** The --redis run's redis-server, for the floor measured after the runs. */
+let redisServer: { port: number, pid: number } | undefined
+
+/** benchmarks/redis-floor.ts on `server`: µs per call of the bare round trip and of the store alone. */
+async function redisFloor (
+  server: { port: number, pid: number }, rate: number, seconds: number
+): Promise<{ bare: { client: number, server: number }, store: { client: number, server: number } }> {
+  const { stdout } = await execFileP(process.execPath, ['--import', 'tsx', path.resolve('benchmarks/redis-floor.ts'), String(server.port), String(server.pid), String(rate), String(seconds)])
+  return JSON.parse(stdout.trim().split('\n').at(-1)!)
+}
 // Nothing left running if this process ends another way.
 process.once('exit', () => { for (const p of extra) p.kill('SIGKILL') })
 try {
@@ -152,6 +166,7 @@ try {
   if (a.redis) {
     const redisPort = basePort + 20
     const redis = spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--loglevel', 'warning'], { stdio: 'ignore' })
+    redisServer = { port: redisPort, pid: redis.pid! }
     extra.push(redis)
     names[redis.pid!] = 'redis-server'
     const url = `http://127.0.0.1:${basePort + 21}`
@@ -349,6 +364,8 @@ try {
   }
   for (const t of targets) await t.pool.close()
   await db.end()
+  // The same trip to Redis with nothing of the gateway around it, in this sitting (benchmarks/redis-floor.ts).
+  const floor = redisServer && await redisFloor(redisServer, rates[0]!, Math.min(seconds, 10))
 
   // Each column: its rounds summed, then per answer.
   const per = (key: string, f: (r: Run) => number): number => {
@@ -387,6 +404,15 @@ try {
   console.log(`| load generator (this process) | ${columns.map(c => per(c.key, r => r.generator).toFixed(0)).join(' | ')} |`)
   console.log(`| commits per authorization, whole database (1 / the mean group commit) | ${columns.map(c => per(c.key, r => r.commits).toFixed(3)).join(' | ')} |`)
   console.log(`| WAL bytes (full-page images) per authorization, whole server | ${columns.map(c => `${per(c.key, r => r.walBytes).toFixed(0)} (${per(c.key, r => r.walFpi).toFixed(2)})`).join(' | ')} |`)
+  if (floor) {
+    const memory = columns.find(c => c.rate === rates[0] && c.target.name === 'memory')!
+    const row = (what: string, f: { client: number, server: number }): string => {
+      const sum = f.client + f.server
+      return `| ${what}: client + redis-server, per call (against memory's end to end) | ${columns.map(c => c === columns.find(m => m.target.name === 'redis') ? `${sum.toFixed(0)} = ${f.client.toFixed(0)} + ${f.server.toFixed(0)} (${(100 * sum / e2eOf(memory)).toFixed(1)}%)` : '—').join(' | ')} |`
+    }
+    console.log(row(`the floor: one round trip, a script that answers at once, bare at ${rates[0]}/s`, floor.bare))
+    console.log(row(`the store alone (gateway/guard-store.ts), outside the gateway, at ${rates[0]}/s`, floor.store))
+  }
   if (a.redis) console.log(`| decided without Redis (store out or over budget) | ${columns.map(c => c.target.name === 'redis' ? String(runs.get(c.key)!.reduce((x, r) => x + r.alone, 0)) : '—').join(' | ')} |`)
   console.log(`| sent req/s | ${columns.map(c => mean(c.key, r => r.sentRate).toFixed(0)).join(' | ')} |`)
   console.log(`| answered 201 | ${columns.map(c => `${(100 * runs.get(c.key)!.reduce((x, r) => x + r.ok, 0) / runs.get(c.key)!.reduce((x, r) => x + r.scheduled, 0)).toFixed(1)}%`).join(' | ')} |`)
