@@ -31,10 +31,12 @@ t.ok(await eventually(async () => (await call(tax.url + '/compensation')).body.c
 
 const quote = (jurisdiction = 'DE') => fleet.post('/v1/tax/quotes', { jurisdiction, amount: { value: 10_000, currency: 'EUR' } })
 const breakerOf = async (url: string) => (await call(url + '/status')).body.breakers[0] as { dependency: string, state: string, since: string, probes: number, shortCircuited: number }
-/** Quotes the sandbox was asked, all modes. */
-const providerCalls = async (): Promise<number> => {
+/** Quotes the sandbox was asked, all modes; one caller's only (its User-Agent, services/tax/provider.ts) when named. */
+const providerCalls = async (caller?: string): Promise<number> => {
   const text = String((await call(fleet.sandbox.url + '/metrics')).body)
-  return [...text.matchAll(/^sandbox_quotes_total\{[^}]*\} (\S+)$/gm)].reduce((n, m) => n + Number(m[1]), 0)
+  return [...text.matchAll(/^sandbox_quotes_total\{([^}]*)\} (\S+)$/gm)]
+    .filter(m => caller === undefined || m[1]!.includes(`caller="${caller}"`))
+    .reduce((n, m) => n + Number(m[2]), 0)
 }
 const metric = async (url: string, series: string): Promise<number> => Number(new RegExp(`^${series.replace(/[{}]/g, '\\$&')} (\\S+)$`, 'm').exec(String((await call(url + '/metrics')).body))?.[1] ?? NaN)
 
@@ -57,6 +59,7 @@ t.test('the lane: opens on slow calls, answers from the table without calling, c
 
   // Open: quotes answered at once from the table, the provider sees only probes.
   const callsBefore = await providerCalls()
+  const [quotesBefore, probeCallsBefore] = [await providerCalls('tax'), await providerCalls('tax probe')]
   const probesBefore = (await breakerOf(tax.url)).probes
   const during = await Promise.all(Array.from({ length: 40 }, () => quote()))
   t.same(during.map(r => r.headers['x-tax-compensation']), Array(40).fill('breaker_open'))
@@ -67,6 +70,8 @@ t.test('the lane: opens on slow calls, answers from the table without calling, c
   const probes = (await breakerOf(tax.url)).probes - probesBefore
   const calls = (await providerCalls()) - callsBefore
   t.ok(calls <= probes, `45 quotes, ${calls} provider calls: its probes (${probes}) only`)
+  t.equal(await providerCalls('tax') - quotesBefore, 0, 'the provider counted no quote of the lane\'s (by User-Agent)')
+  t.ok(await providerCalls('tax probe') - probeCallsBefore >= 1, 'and the lane\'s probes as probes')
   t.ok((await breakerOf(tax.url)).shortCircuited >= 45, 'each quote was short-circuited')
   t.equal(await metric(tax.url, 'dependency_breaker_state{dependency="tax-provider",state="open",process="tax"}'), 1, 'the gauge says open')
   t.ok(await metric(tax.url, 'dependency_breaker_transitions_total{dependency="tax-provider",to="open",process="tax"}') >= 2, 'opened, and again after a failed probe')

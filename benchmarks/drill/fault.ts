@@ -22,7 +22,7 @@ export type CpuByPhase = { baseline: CpuPhase, fault: CpuPhase, recovery: CpuPha
 export class FaultSchedule {
   readonly marks: FaultMarks = { setAt: NaN, clearedAt: NaN, clearedWall: NaN }
   /** The counters read at the fault's start and end. */
-  readonly #providerCalls: Array<number | null> = []
+  readonly #providerCalls: Array<Map<string, number> | null> = []
   readonly #workerProbes: Array<number | null> = []
   // CPU of every process and of the machine at the load's start, the fault's
   // start and end, and the load's end: what each phase used, in cores.
@@ -78,12 +78,19 @@ export class FaultSchedule {
   // The provider's own count of the quotes it was asked (a fleet started here: its
   // sandbox). Under its latency fault only those it labelled `slow`: the calls that
   // arrived while the fault was on, not the ones made at normal latency while the
-  // deck set and cleared it.
-  async #providerCallCount (): Promise<number | null> {
+  // deck set and cleared it. By caller: the sandbox reads it from the User-Agent
+  // (the lane's quotes, worker-tax's reconciles, and each one's probes).
+  async #providerCallCount (): Promise<Map<string, number> | null> {
     if (!this.#fleet.sandboxUrl) return null
     const callMode = this.#o.fault === 'slow-provider' ? 'mode="slow"' : ''
     const text = await (await fetch(`${this.#fleet.sandboxUrl}/metrics`)).text()
-    return [...text.matchAll(/^sandbox_quotes_total\{([^}]*)\} (\S+)$/gm)].filter(m => m[1]!.includes(callMode)).reduce((n, m) => n + Number(m[2]), 0)
+    const byCaller = new Map<string, number>()
+    for (const m of text.matchAll(/^sandbox_quotes_total\{([^}]*)\} (\S+)$/gm)) {
+      if (!m[1]!.includes(callMode)) continue
+      const caller = /caller="([^"]*)"/.exec(m[1]!)?.[1] ?? 'other'
+      byCaller.set(caller, (byCaller.get(caller) ?? 0) + Number(m[2]))
+    }
+    return byCaller
   }
 
   /** worker-tax's own probes of the provider (its breaker's, from its /status). */
@@ -93,7 +100,19 @@ export class FaultSchedule {
     return s.breakers?.[0]?.probes ?? null
   }
 
-  get providerCallsInFault (): number | null { return inFault(this.#providerCalls) }
+  /** The provider's calls while the fault was on, by caller. */
+  get providerCallsByCallerInFault (): Record<string, number> | null {
+    const [at, end] = this.#providerCalls
+    if (!at || !end) return null
+    const delta = [...end].map(([caller, n]) => [caller, n - (at.get(caller) ?? 0)] as const)
+    return Object.fromEntries(delta.filter(([, n]) => n !== 0))
+  }
+
+  get providerCallsInFault (): number | null {
+    const by = this.providerCallsByCallerInFault
+    return by && Object.values(by).reduce((n, x) => n + x, 0)
+  }
+
   get workerProbesInFault (): number | null { return inFault(this.#workerProbes) }
 
   /** Epoch ms the fault went on. */

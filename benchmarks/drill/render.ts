@@ -39,8 +39,11 @@ export function printSummary (r: DrillReport, outDir: string): void {
   console.log(`\n${r.pass ? 'PASS' : 'FAIL'}: ${path.relative(process.cwd(), path.join(outDir, 'drill.html'))}, drill.json`)
 }
 
+const byCaller = (by: Record<string, number> | null): string =>
+  by ? Object.entries(by).sort(([x], [y]) => x.localeCompare(y)).map(([c, n]) => `${c} ${n}`).join(', ') || 'none' : 'by caller n/a'
+
 function breakerLine (b: DrillReport['tax']['breaker']): string {
-  return `tax during the fault: p50 ${b.taxInFault.p50Ms} ms, p99 ${b.taxInFault.p99Ms} ms (${b.taxInFault.count} answers); provider calls in the fault ${b.providerCallsInFault ?? 'n/a'} (the lane's probes ${b.laneProbesInFault ?? 'n/a'}, worker-tax's ${b.workerProbesInFault ?? 'n/a'}); ` +
+  return `tax during the fault: p50 ${b.taxInFault.p50Ms} ms, p99 ${b.taxInFault.p99Ms} ms (${b.taxInFault.count} answers); provider calls in the fault ${b.providerCallsInFault ?? 'n/a'} (${byCaller(b.providerCallsByCaller)}; the lane's probes by its /status ${b.laneProbesInFault ?? 'n/a'}, worker-tax's ${b.workerProbesInFault ?? 'n/a'}); ` +
     `provider breaker ${b.opened ? `opened, closed ${b.closedAfterHealMs === null ? 'never seen' : `${Math.round(b.closedAfterHealMs)} ms`} after the heal` : 'never seen open'}`
 }
 

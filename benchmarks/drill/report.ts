@@ -39,6 +39,8 @@ export interface BreakerFigures {
   /** Tax answers during the fault. */
   taxInFault: Percentiles
   providerCallsInFault: number | null
+  /** The same by caller, as the sandbox counted them: `tax`, `tax probe`, `worker-tax`, `worker-tax probe`. */
+  providerCallsByCaller: Record<string, number> | null
   closedAfterHealMs: number | null
   laneProbesInFault: number | null
   workerProbesInFault: number | null
@@ -255,6 +257,7 @@ function breakerFigures (x: ReportInputs): BreakerFigures {
     opened: deck.opened,
     taxInFault: summary(tax.faultHistogram()),
     providerCallsInFault: x.fault.providerCallsInFault,
+    providerCallsByCaller: x.fault.providerCallsByCallerInFault,
     closedAfterHealMs: deck.closedAfterHealMs,
     laneProbesInFault: deck.laneProbesInFault,
     workerProbesInFault: x.fault.workerProbesInFault,

@@ -16,6 +16,14 @@ import { registerProcessOps } from '../../shared/process-ops.ts'
 import { rateFor } from './rates.ts'
 
 // The fault model lives in shared/ so the deck validates the same shape it forwards.
+// Who asked, from the User-Agent the fleet's callers send (services/tax/provider.ts):
+// `tax`, `tax probe`, `worker-tax`, `worker-tax probe`; anything else is `other`.
+const CALLER = /^watertight-(tax|worker-tax)( \(probe\))?$/
+function callerOf (ua: unknown): string {
+  const m = typeof ua === 'string' ? CALLER.exec(ua) : null
+  return m ? `${m[1]}${m[2] ? ' probe' : ''}` : 'other'
+}
+
 export const Faults = SandboxFaults
 export type Faults = SandboxFaults
 
@@ -30,7 +38,12 @@ export function buildApp (opts: { logger?: FastifyServerOptions['logger'], rando
   const pending = new Set<() => void>()
 
   const registry = createRegistry('tax-sandbox')
-  const quotes = new client.Counter({ name: 'sandbox_quotes_total', help: 'Quotes asked of the sandbox, by the fault mode in force', labelNames: ['mode'], registers: [registry] })
+  const quotes = new client.Counter({
+    name: 'sandbox_quotes_total',
+    help: 'Quotes asked of the sandbox, by the fault mode in force and by caller (its User-Agent)',
+    labelNames: ['mode', 'caller'],
+    registers: [registry],
+  })
   registerProcessOps(app, { registry, healthCheck: true })
   app.get('/faults', async () => faults)
   app.put('/faults', { schema: { body: Faults } }, async req => {
@@ -42,7 +55,7 @@ export function buildApp (opts: { logger?: FastifyServerOptions['logger'], rando
 
   app.post('/v1/rates/quote', { schema: { body: TaxQuoteRequest } }, async (req, reply) => {
     const f = faults
-    quotes.inc({ mode: f.latencyMs > 0 && f.mode === 'normal' ? 'slow' : f.mode })
+    quotes.inc({ mode: f.latencyMs > 0 && f.mode === 'normal' ? 'slow' : f.mode, caller: callerOf(req.headers['user-agent']) })
     if (f.mode === 'reset') { req.raw.socket.destroy(); return reply.hijack() }
     if (f.mode === 'hang') return new Promise(() => {}) // never answers; the client's deadline must cut it
     const delay = f.latencyMs + (f.jitterMs > 0 ? Math.floor(random() * f.jitterMs) : 0)

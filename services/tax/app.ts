@@ -28,7 +28,7 @@ export async function buildApp (cfg: TaxConfig) {
     // MC-RT-01's recovery is measured from the provider's return: the probe that closed the breaker.
     if (t.to === 'open') built.kit.recovery.dependencyFailed('provider')
     if (t.to === 'closed') built.kit.recovery.dependencyOk('provider')
-  })
+  }, { caller: 'tax' })
   const routes = taxRoutes({ provider, quoteDeadlineMs: cfg.quoteDeadlineMs, compensation, writer, breaker })
   const built = await buildLaneApp({ ...cfg, routes })
   built.app.addHook('onClose', async () => { compensation.close(); await writer.close(); await provider.destroy() })

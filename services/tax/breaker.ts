@@ -6,7 +6,7 @@
 import type { Pool } from 'undici'
 import { AppError } from '../../shared/errors.ts'
 import { DependencyBreaker, type BreakerTransition } from '../../shared/breaker.ts'
-import { ProviderError, quoteFromProvider } from './provider.ts'
+import { ProviderError, quoteFromProvider, type ProviderCaller } from './provider.ts'
 
 export interface TaxBreakerConfig {
   TAX_BREAKER: 'on' | 'off'
@@ -25,7 +25,7 @@ export function providerBreaker (
   cfg: TaxBreakerConfig,
   provider: Pool,
   onTransition: (t: BreakerTransition) => void,
-  o: { halfOpenMaxMs?: number, window?: NamedSetting, minCalls?: NamedSetting } = {}
+  o: { caller: ProviderCaller['process'], halfOpenMaxMs?: number, window?: NamedSetting, minCalls?: NamedSetting }
 ): DependencyBreaker | undefined {
   if (cfg.TAX_BREAKER === 'off') return undefined
   // worker-tax passes a window of its own (TAX_RECONCILE_BREAKER_*).
@@ -42,7 +42,9 @@ export function providerBreaker (
     slowCallMs: cfg.TAX_BREAKER_SLOW_CALL_MS,
     halfOpenAfterMs: cfg.TAX_BREAKER_HALF_OPEN_AFTER_MS,
     halfOpenMaxMs: o.halfOpenMaxMs,
-    probe: signal => quoteFromProvider(provider, { jurisdiction: 'DE', amount: { value: 100, currency: 'EUR' } }, { deadlineMs: cfg.TAX_BREAKER_SLOW_CALL_MS, signals: [signal] }),
+    probe: signal => quoteFromProvider(provider, { jurisdiction: 'DE', amount: { value: 100, currency: 'EUR' } }, {
+      deadlineMs: cfg.TAX_BREAKER_SLOW_CALL_MS, signals: [signal], caller: { process: o.caller, probe: true },
+    }),
     isFailure: err => err instanceof ProviderError && err.kind !== 'unknown_jurisdiction',
     onTransition,
   }).start()

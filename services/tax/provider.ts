@@ -16,11 +16,20 @@ export class ProviderError extends Error {
 }
 
 type QuoteBody = { jurisdiction: string, amount: { value: number, currency: string } }
-type QuoteOptions = { deadlineMs: number, signals: AbortSignal[], trace?: Context }
+/**
+ * Who asks: each call names its process in its User-Agent, and a breaker's
+ * probe says it is one, so a provider (the sandbox counts calls by it) can
+ * tell the lane's quotes from worker-tax's reconciles and from the probes.
+ */
+export interface ProviderCaller { process: 'tax' | 'worker-tax', probe?: boolean }
+type QuoteOptions = { deadlineMs: number, signals: AbortSignal[], caller: ProviderCaller, trace?: Context }
+
+/** The User-Agent of a caller's calls: `watertight-tax`, `watertight-worker-tax (probe)`. */
+const userAgent = (c: ProviderCaller): string => `watertight-${c.process}${c.probe ? ' (probe)' : ''}`
 
 /** A quote from the provider; traced as a client span when tracing is on (its traceparent sent along). */
 export async function quoteFromProvider (pool: Pool, body: QuoteBody, opts: QuoteOptions): Promise<ProviderQuote> {
-  const headers: Record<string, string> = { 'content-type': 'application/json' }
+  const headers: Record<string, string> = { 'content-type': 'application/json', 'user-agent': userAgent(opts.caller) }
   const attributes = { 'watertight.dependency': 'tax-provider', 'watertight.deadline_ms': opts.deadlineMs }
   const span = clientSpan('tax provider quote', attributes, headers, opts.trace)
   try {

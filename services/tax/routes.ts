@@ -47,7 +47,7 @@ export function taxRoutes (opts: TaxRouteOptions) {
     // While the provider is failing, a quote of our own once a second tells the
     // lane when it is back, even if no request of a client gets that far. With a
     // breaker, its probe is that quote, and no more calls than its are made.
-    if (!breaker) kit.recovery.probe('provider', () => quoteFromProvider(opts.provider, { jurisdiction: 'DE', amount: { value: 100, currency: 'EUR' } }, { deadlineMs: opts.quoteDeadlineMs, signals: [] }))
+    if (!breaker) kit.recovery.probe('provider', () => quoteFromProvider(opts.provider, { jurisdiction: 'DE', amount: { value: 100, currency: 'EUR' } }, { deadlineMs: opts.quoteDeadlineMs, signals: [], caller: { process: 'tax', probe: true } }))
     // Answer from the certified table, or say exactly why not.
     const compensate = async (req: FastifyRequest, why: CompensationReason, exec?: Execution): Promise<LaneResult> => {
       const body = req.body as TaxQuoteRequest
@@ -77,7 +77,7 @@ export function taxRoutes (opts: TaxRouteOptions) {
       // answered stops the provider call and answers from the store.
       const stop = new AbortController()
       const ask = (signals: AbortSignal[]) => quoteFromProvider(opts.provider, body, {
-        deadlineMs: opts.quoteDeadlineMs, signals: [exec.signal, stop.signal, ...signals], trace: traceOf(req),
+        deadlineMs: opts.quoteDeadlineMs, signals: [exec.signal, stop.signal, ...signals], caller: { process: 'tax' }, trace: traceOf(req),
       })
       const asked = breaker ? breaker.call(opened => ask([opened])) : ask([])
       asked.catch(() => {}) // awaited below, or abandoned for a replay

@@ -31,6 +31,7 @@ export function jobTypes (o: { log?: JobLog } = {}): JobType[] {
   // reconcile saturated, compensating, making more jobs.
   const paced = pThrottle({ limit: 1, interval: 1000 / cfg.TAX_RECONCILE_PER_SECOND })(() => undefined)
   const breaker = providerBreaker(cfg, provider, t => { logTransition(o.log ?? SILENT, t) }, {
+    caller: 'worker-tax',
     halfOpenMaxMs: cfg.TAX_RECONCILE_PROBE_MAX_MS,
     window: { value: cfg.TAX_RECONCILE_BREAKER_WINDOW_CALLS, name: 'TAX_RECONCILE_BREAKER_WINDOW_CALLS' },
     minCalls: { value: cfg.TAX_RECONCILE_BREAKER_MIN_CALLS, name: 'TAX_RECONCILE_BREAKER_MIN_CALLS' },
@@ -58,7 +59,7 @@ export function jobTypes (o: { log?: JobLog } = {}): JobType[] {
       try {
         const body = { jurisdiction: q.jurisdiction, amount: { value: Number(q.amount), currency: q.currency } }
         const ask = (signals: AbortSignal[]) =>
-          quoteFromProvider(provider, body, { deadlineMs: 5_000, signals: [ctx.signal, ...signals] })
+          quoteFromProvider(provider, body, { deadlineMs: 5_000, signals: [ctx.signal, ...signals], caller: { process: 'worker-tax' } })
         const p = breaker ? await breaker.call(opened => ask([opened])) : await ask([])
         const trueTax = Math.round(Number(q.amount) * p.rate)
         await db.query('update tax.quotes set reconciled_rate = $2, reconciled_tax = $3, reconciled_at = now() where id = $1 and reconciled_at is null', [payload.quoteId, p.rate, trueTax])
