@@ -1,5 +1,6 @@
 // The tax sandbox: sales-tax rates with their effective dates, and fault
-// injection through PUT/GET/DELETE /faults (latency, jitter, errors, hang, reset).
+// injection through PUT/GET/DELETE /faults (latency, jitter, errors, hang, reset), and the
+// calls under each setting by caller (GET /faults/calls).
 import t from 'tap'
 import { buildApp } from '../services/tax-sandbox/app.ts'
 import { rateFor } from '../services/tax-sandbox/rates.ts'
@@ -36,4 +37,20 @@ t.test('fault injection', async t => {
   t.equal((await call(url + '/faults', { method: 'PUT', json: { mode: 'sideways' } })).body.code, 'ERR_VALIDATION')
   t.same((await call(url + '/faults', { method: 'DELETE' })).body, { latencyMs: 0, jitterMs: 0, errorRate: 0, mode: 'normal' })
   t.equal((await q()).status, 200, 'back to normal')
+})
+
+t.test('the calls under each setting of the faults, by caller (its User-Agent)', async t => {
+  const app = buildApp()
+  const url = await app.listen({ port: 0, host: '127.0.0.1' })
+  t.teardown(() => app.close())
+  const q = (ua: string) => call(url + '/v1/rates/quote', { json: { jurisdiction: 'FR', amount: { value: 100, currency: 'EUR' } }, headers: { 'user-agent': ua } })
+  await q('watertight-tax')
+  await call(url + '/faults', { method: 'PUT', json: { latencyMs: 20 } })
+  for (const ua of ['watertight-tax', 'watertight-tax', 'watertight-tax (probe)', 'watertight-worker-tax', 'watertight-worker-tax (probe)', 'curl/8']) await q(ua)
+  await call(url + '/faults', { method: 'DELETE' })
+  await q('watertight-tax')
+  const { current, previous } = (await call(url + '/faults/calls')).body
+  t.same(previous.faults, { latencyMs: 20, jitterMs: 0, errorRate: 0, mode: 'normal' }, 'the setting before: the fault')
+  t.same(previous.byCaller, { tax: 2, 'tax probe': 1, 'worker-tax': 1, 'worker-tax probe': 1, other: 1 }, 'the calls that arrived while it was on, and only those')
+  t.same(current.byCaller, { tax: 1 }, 'and since it was cleared')
 })

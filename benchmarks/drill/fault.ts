@@ -2,12 +2,15 @@
 // end, with the provider's call counters and the CPU marks read around it.
 import { cpuBetween, cpuMark, type CpuMark, type CpuPhase } from '../cpu-phases.ts'
 import { describeFault } from '../faults/spec.ts'
+import type { FaultPeriod } from '../../services/tax-sandbox/app.ts'
 import type { DrillClients } from './clients.ts'
 import type { FleetUnderTest } from './fleet.ts'
 import type { DrillOptions } from './options.ts'
 import type { Clock, PhaseTimeline } from './timeline.ts'
 
 type FaultOptions = Pick<DrillOptions, 'fault' | 'faultLatencyMs' | 'normalLatencyMs' | 'taxHeapMb'>
+/** The sandbox's GET /faults/calls: quotes by caller under its faults now, and under the setting before. */
+type FaultCalls = { current: FaultPeriod, previous: FaultPeriod | null }
 
 /** The fault in words, for the console and the report. */
 export function faultText (o: FaultOptions): string {
@@ -22,7 +25,7 @@ export type CpuByPhase = { baseline: CpuPhase, fault: CpuPhase, recovery: CpuPha
 export class FaultSchedule {
   readonly marks: FaultMarks = { setAt: NaN, clearedAt: NaN, clearedWall: NaN }
   /** The counters read at the fault's start and end. */
-  readonly #providerCalls: Array<Map<string, number> | null> = []
+  readonly #providerCalls: Array<FaultCalls | null> = []
   readonly #workerProbes: Array<number | null> = []
   // CPU of every process and of the machine at the load's start, the fault's
   // start and end, and the load's end: what each phase used, in cores.
@@ -76,21 +79,14 @@ export class FaultSchedule {
   }
 
   // The provider's own count of the quotes it was asked (a fleet started here: its
-  // sandbox). Under its latency fault only those it labelled `slow`: the calls that
-  // arrived while the fault was on, not the ones made at normal latency while the
-  // deck set and cleared it. By caller: the sandbox reads it from the User-Agent
-  // (the lane's quotes, worker-tax's reconciles, and each one's probes).
-  async #providerCallCount (): Promise<Map<string, number> | null> {
+  // sandbox), by caller (from each call's User-Agent: the lane's quotes,
+  // worker-tax's reconciles, each one's probes), under each setting of its faults.
+  // Read at the fault's end, after it was cleared: the setting before is the
+  // fault, and its count is exactly the calls that arrived while it was on (none
+  // made at normal latency while the deck set and cleared it).
+  async #providerCallCount (): Promise<FaultCalls | null> {
     if (!this.#fleet.sandboxUrl) return null
-    const callMode = this.#o.fault === 'slow-provider' ? 'mode="slow"' : ''
-    const text = await (await fetch(`${this.#fleet.sandboxUrl}/metrics`)).text()
-    const byCaller = new Map<string, number>()
-    for (const m of text.matchAll(/^sandbox_quotes_total\{([^}]*)\} (\S+)$/gm)) {
-      if (!m[1]!.includes(callMode)) continue
-      const caller = /caller="([^"]*)"/.exec(m[1]!)?.[1] ?? 'other'
-      byCaller.set(caller, (byCaller.get(caller) ?? 0) + Number(m[2]))
-    }
-    return byCaller
+    return await (await fetch(`${this.#fleet.sandboxUrl}/faults/calls`)).json() as FaultCalls
   }
 
   /** worker-tax's own probes of the provider (its breaker's, from its /status). */
@@ -100,11 +96,19 @@ export class FaultSchedule {
     return s.breakers?.[0]?.probes ?? null
   }
 
-  /** The provider's calls while the fault was on, by caller. */
+  /**
+   * The provider's calls while the fault was on, by caller: the sandbox's own
+   * latency fault, its count under that setting; a fault of the lane's code
+   * leaves the sandbox's setting alone, so the count between the two reads.
+   */
   get providerCallsByCallerInFault (): Record<string, number> | null {
     const [at, end] = this.#providerCalls
     if (!at || !end) return null
-    const delta = [...end].map(([caller, n]) => [caller, n - (at.get(caller) ?? 0)] as const)
+    if (this.#o.fault === 'slow-provider' && !this.#fleet.codeFault) {
+      return end.previous?.faults.latencyMs === this.#o.faultLatencyMs ? end.previous.byCaller : null
+    }
+    const before = at.current.byCaller
+    const delta = Object.entries(end.current.byCaller).map(([c, n]) => [c, n - (before[c] ?? 0)] as const)
     return Object.fromEntries(delta.filter(([, n]) => n !== 0))
   }
 

@@ -27,6 +27,9 @@ function callerOf (ua: unknown): string {
 export const Faults = SandboxFaults
 export type Faults = SandboxFaults
 
+/** The quotes asked while one setting of the faults was in force, by caller. */
+export interface FaultPeriod { faults: Faults, since: string, byCaller: Record<string, number> }
+
 const NORMAL: Faults = Object.freeze({ latencyMs: 0, jitterMs: 0, errorRate: 0, mode: 'normal' })
 
 export function buildApp (opts: { logger?: FastifyServerOptions['logger'], random?: () => number, pressure?: PressureLimits } = {}) {
@@ -45,17 +48,31 @@ export function buildApp (opts: { logger?: FastifyServerOptions['logger'], rando
     registers: [registry],
   })
   registerProcessOps(app, { registry, healthCheck: true })
+  // The quotes asked under each setting of the faults, by caller: the current
+  // setting's and the one before it, so whoever sets a fault and clears it can
+  // read exactly the calls that arrived while it was on (GET /faults/calls).
+  let period: FaultPeriod = { faults, since: new Date().toISOString(), byCaller: {} }
+  let previous: FaultPeriod | null = null
+  const change = (next: Faults): Faults => {
+    faults = next
+    previous = period
+    period = { faults, since: new Date().toISOString(), byCaller: {} }
+    return faults
+  }
   app.get('/faults', async () => faults)
+  app.get('/faults/calls', async () => ({ current: period, previous }))
   app.put('/faults', { schema: { body: Faults } }, async req => {
-    faults = { ...NORMAL, ...(req.body as Faults) }
+    change({ ...NORMAL, ...(req.body as Faults) })
     app.log.warn({ faults }, 'faults changed')
     return faults
   })
-  app.delete('/faults', async () => { faults = { ...NORMAL }; return faults })
+  app.delete('/faults', async () => change({ ...NORMAL }))
 
   app.post('/v1/rates/quote', { schema: { body: TaxQuoteRequest } }, async (req, reply) => {
     const f = faults
-    quotes.inc({ mode: f.latencyMs > 0 && f.mode === 'normal' ? 'slow' : f.mode, caller: callerOf(req.headers['user-agent']) })
+    const caller = callerOf(req.headers['user-agent'])
+    quotes.inc({ mode: f.latencyMs > 0 && f.mode === 'normal' ? 'slow' : f.mode, caller })
+    period.byCaller[caller] = (period.byCaller[caller] ?? 0) + 1
     if (f.mode === 'reset') { req.raw.socket.destroy(); return reply.hijack() }
     if (f.mode === 'hang') return new Promise(() => {}) // never answers; the client's deadline must cut it
     const delay = f.latencyMs + (f.jitterMs > 0 ? Math.floor(random() * f.jitterMs) : 0)
