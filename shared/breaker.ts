@@ -187,6 +187,13 @@ export class DependencyBreaker {
   }
 }
 
+/** Several breakers as one state: closed when every one is, open when any is, else half-open; null for none. */
+export function breakersState (breakers: readonly DependencyBreaker[]): BreakerStateName | null {
+  if (breakers.length === 0) return null
+  if (breakers.every(b => b.state === 'closed')) return 'closed'
+  return breakers.some(b => b.state === 'open') ? 'open' : 'half_open'
+}
+
 /**
  * The breaker's series in a process's registry: its state (1 on the current
  * one), its transitions, the calls it answered without the dependency.

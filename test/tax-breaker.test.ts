@@ -126,3 +126,33 @@ t.test('the reconcile worker: its breaker holds the queue, no job lost, dead-let
   t.equal((await breakerOf(worker.url)).state, 'closed')
   t.equal((await db.query("select 1 from jobs.jobs_dead where queue = 'tax-reconcile'")).length, 0, 'still none dead-lettered')
 })
+
+t.test('the reconcile worker leaves probing to the lane while the lane\'s breaker is open', async t => {
+  await fleet.setFaults({ mode: 'hang' })
+  // The lane opens on its quotes, and compensates them: reconcile jobs for the worker.
+  const first = await Promise.all(Array.from({ length: 10 }, () => quote()))
+  t.same(first.map(r => r.headers['x-tax-compensation']), Array(10).fill('breaker_open'))
+  const laneRows = async () => (await db.query<{ breaker: string }>('select breaker from tax.lane_replicas')).map(r => r.breaker)
+  t.ok(await eventually(async () => { const b = await laneRows(); return b.length > 0 && !b.includes('closed') }, 5_000, 50), 'the lane\'s row says its breaker is not closed')
+
+  const worker = await startWorker(t, db, ['tax-reconcile'], {
+    ...BREAKER,
+    TAX_RECONCILE_PER_SECOND: '50',
+    TAX_RECONCILE_PROBE_MAX_MS: '2000',
+    TAX_DATABASE_URL: db.laneUrl('tax', env),
+    TAX_PROVIDER_URL: fleet.sandbox.url,
+  })
+  t.ok(await eventually(async () => (await breakerOf(worker.url)).state !== 'closed', 15_000, 50), 'the worker\'s breaker opened on its hung calls')
+  const workerProbeCalls = await providerCalls('worker-tax probe')
+  const laneProbeCalls = await providerCalls('tax probe')
+  const probesBefore = (await breakerOf(worker.url)).probes
+  t.ok(await eventually(async () => (await breakerOf(worker.url)).probes >= probesBefore + 2 && (await breakerOf(worker.url)).state === 'open', 10_000, 50), 'the worker probed twice and stayed open')
+  t.equal(await providerCalls('worker-tax probe') - workerProbeCalls, 0, 'none of its probes called the provider')
+  t.ok(await providerCalls('tax probe') - laneProbeCalls >= 1, 'the lane\'s did, meanwhile')
+
+  await fleet.setFaults({ mode: 'normal' })
+  t.ok(await eventually(async () => (await breakerOf(worker.url)).state === 'closed', 15_000, 50), 'after the heal the lane closes, and then the worker, on a probe of its own')
+  t.ok(await providerCalls('worker-tax probe') - workerProbeCalls >= 1, 'which called the provider')
+  const pending = async () => (await db.query<{ n: number }>("select count(*)::int as n from tax.quotes where source = 'compensation' and reconciled_at is null"))[0]!.n
+  t.ok(await eventually(async () => await pending() === 0, 30_000, 200), 'every quote is reconciled')
+})

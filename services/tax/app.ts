@@ -28,6 +28,8 @@ export async function buildApp (cfg: TaxConfig) {
     // MC-RT-01's recovery is measured from the provider's return: the probe that closed the breaker.
     if (t.to === 'open') built.kit.recovery.dependencyFailed('provider')
     if (t.to === 'closed') built.kit.recovery.dependencyOk('provider')
+    // worker-tax reads it from this replica's row: written now, not at the next heartbeat.
+    built.kit.share.announce()
   }, { caller: 'tax' })
   const routes = taxRoutes({ provider, quoteDeadlineMs: cfg.quoteDeadlineMs, compensation, writer, breaker })
   const built = await buildLaneApp({ ...cfg, routes })

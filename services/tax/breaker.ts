@@ -25,7 +25,17 @@ export function providerBreaker (
   cfg: TaxBreakerConfig,
   provider: Pool,
   onTransition: (t: BreakerTransition) => void,
-  o: { caller: ProviderCaller['process'], halfOpenMaxMs?: number, window?: NamedSetting, minCalls?: NamedSetting }
+  o: {
+    caller: ProviderCaller['process']
+    halfOpenMaxMs?: number
+    window?: NamedSetting
+    minCalls?: NamedSetting
+    /**
+     * Whether another process is probing the provider and finds it still
+     * down: then this breaker's probe fails at once, with no call of its own.
+     */
+    probedElsewhere?: (signal: AbortSignal) => Promise<boolean>
+  }
 ): DependencyBreaker | undefined {
   if (cfg.TAX_BREAKER === 'off') return undefined
   // worker-tax passes a window of its own (TAX_RECONCILE_BREAKER_*).
@@ -42,9 +52,12 @@ export function providerBreaker (
     slowCallMs: cfg.TAX_BREAKER_SLOW_CALL_MS,
     halfOpenAfterMs: cfg.TAX_BREAKER_HALF_OPEN_AFTER_MS,
     halfOpenMaxMs: o.halfOpenMaxMs,
-    probe: signal => quoteFromProvider(provider, { jurisdiction: 'DE', amount: { value: 100, currency: 'EUR' } }, {
-      deadlineMs: cfg.TAX_BREAKER_SLOW_CALL_MS, signals: [signal], caller: { process: o.caller, probe: true },
-    }),
+    probe: async signal => {
+      if (await o.probedElsewhere?.(signal)) throw new ProviderError('error', 'still failing, as the tax lane\'s own probes find')
+      return await quoteFromProvider(provider, { jurisdiction: 'DE', amount: { value: 100, currency: 'EUR' } }, {
+        deadlineMs: cfg.TAX_BREAKER_SLOW_CALL_MS, signals: [signal], caller: { process: o.caller, probe: true },
+      })
+    },
     isFailure: err => err instanceof ProviderError && err.kind !== 'unknown_jurisdiction',
     onTransition,
   }).start()

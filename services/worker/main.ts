@@ -41,9 +41,11 @@ for (const lane of LANE_NAMES) {
   const file = treePath(`services/${lane}/jobs/index${path.extname(import.meta.filename)}`)
   if (!existsSync(file)) continue
   // Their logs go to the app's logger, built below, once they have something to say.
-  const mod = (await import(file)) as { jobTypes: (o: { log: JobLog }) => JobType[] }
+  const mod = (await import(file)) as { jobTypes: (o: { log: JobLog, laneDb: () => pg.Pool | undefined }) => JobType[] }
   // A bad value of the lane's job settings (TAX_RECONCILE_*, TAX_BREAKER_*) is one line, not a stack.
-  try { types.push(...mod.jobTypes({ log: { warn: (o, m) => app.log.warn(o, m), info: (o, m) => app.log.info(o, m) } })) } catch (err) { failStart('worker', err) }
+  // laneDb: the lane's pool below, made once the job types have read their settings.
+  const log: JobLog = { warn: (o, m) => app.log.warn(o, m), info: (o, m) => app.log.info(o, m) }
+  try { types.push(...mod.jobTypes({ log, laneDb: () => lanePools[lane] })) } catch (err) { failStart('worker', err) }
   // The lane's jobs run with the lane's own role, on the share of its CONNECTION
   // LIMIT reserved for the worker, so async work cannot exceed the lane's budget.
   const urlVar = `${envPrefix(lane)}DATABASE_URL`

@@ -19,7 +19,7 @@ import { registerOpsRoutes } from './ops-routes.ts'
 import { RecoveryWatch } from './recovery.ts'
 import { WARM_UP_HEADER, WarmUp } from './warm-up.ts'
 import { ReplicaShare } from './replica-share.ts'
-import { breakerMetrics, type DependencyBreaker } from '../breaker.ts'
+import { breakerMetrics, breakersState, type DependencyBreaker } from '../breaker.ts'
 import { registerHttpTracing } from '../tracing.ts'
 
 export interface LaneKit {
@@ -136,6 +136,7 @@ const laneKitPlugin: FastifyPluginAsync<LaneKitOptions> = async (app, opts) => {
   }
 
   breakerMetrics(registry, () => kit.breakers)
+  share.breakerState = () => breakersState(kit.breakers)
 
   app.addHook('onResponse', (req, reply, done) => {
     // The warm-up's own request is not traffic (warm-up.ts).

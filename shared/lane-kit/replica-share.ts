@@ -6,7 +6,9 @@
 // heartbeat is recent. It shrinks at once and grows only into what the others'
 // recorded shares leave free, so a replica that joins takes its share as the
 // others give theirs up: the sum stays within the limit at every moment, and a
-// lone replica, at the minimum scale, uses the whole budget.
+// lone replica, at the minimum scale, uses the whole budget. The row also
+// carries the state of the replica's dependency breakers (0015), written with
+// each heartbeat and at once when it changes.
 import { setTimeout as sleep } from 'node:timers/promises'
 import type pg from 'pg'
 import { newId } from '../ids.ts'
@@ -31,6 +33,8 @@ export class ReplicaShare {
   #beating: Promise<void> | undefined
   #fair = 0
   #grown: (poolMax: number) => void = () => {}
+  /** This replica's dependency breakers as one state, recorded with each heartbeat (0015); null: none. */
+  breakerState: () => 'closed' | 'open' | 'half_open' | null = () => null
 
   constructor (o: { limits: LaneLimits, pool: () => pg.Pool, log: ShareLog }) {
     this.#limits = o.limits
@@ -67,7 +71,7 @@ export class ReplicaShare {
     this.#share = MIN_SHARE
     resizePool(this.#pool(), this.poolMax)
     await this.beat()
-    this.#timer = setInterval(() => { this.#beating ??= this.beat().catch(err => this.#log.warn({ err }, 'replica heartbeat failed; the share stays as it is')).finally(() => { this.#beating = undefined }) }, this.#limits.db.replicaHeartbeatMs)
+    this.#timer = setInterval(() => { this.#beatOnce() }, this.#limits.db.replicaHeartbeatMs)
     this.#timer.unref()
   }
 
@@ -75,6 +79,21 @@ export class ReplicaShare {
   #target (others: number, shares: number): number {
     const budget = this.#limits.db.replicaBudget
     return Math.max(MIN_SHARE, Math.min(Math.floor(budget / (others + 1)), budget - shares))
+  }
+
+  /**
+   * A heartbeat now rather than at the next one (after the one under way, which
+   * may have read the state before): its breakers changed state, and
+   * worker-tax reads it from the row.
+   */
+  announce (): void {
+    if (this.#timer === undefined) return
+    if (this.#beating) void this.#beating.then(() => { this.#beatOnce() })
+    else this.#beatOnce()
+  }
+
+  #beatOnce (): void {
+    this.#beating ??= this.beat().catch(err => this.#log.warn({ err }, 'replica heartbeat failed; the share stays as it is')).finally(() => { this.#beating = undefined })
   }
 
   /** Stops beating and removes this replica's row, so the others take its share at once. */
@@ -105,8 +124,9 @@ export class ReplicaShare {
       const target = this.#target(r.others, r.shares)
       const held = Math.max(target, pool.totalCount + WRITER_CONNECTIONS + RESET_CONNECTIONS)
       await c.query(
-        `insert into ${s}.lane_replicas (id, heartbeat_at, share) values ($1, now(), $2)
-         on conflict (id) do update set heartbeat_at = now(), share = excluded.share`, [this.id, held])
+        `insert into ${s}.lane_replicas (id, heartbeat_at, share, breaker) values ($1, now(), $2, $3)
+         on conflict (id) do update set heartbeat_at = now(), share = excluded.share, breaker = excluded.breaker`,
+        [this.id, held, this.breakerState()])
       await c.query(`delete from ${s}.lane_replicas where id <> $1 and heartbeat_at < now() - make_interval(secs => $2 * 10 / 1000.0)`, [this.id, this.#limits.db.replicaTtlMs])
       return r
     })

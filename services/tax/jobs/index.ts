@@ -6,11 +6,17 @@
 // take the CPU the lane needs either. Idempotent: it only fills reconciled_* once.
 // The provider's breaker (one per worker process) holds the queue while it is
 // open: no job is claimed, and one that was already running goes back with its
-// backoff, its attempt not counted. Only the breaker's probe calls the provider.
+// backoff, its attempt not counted. Only the breaker's probe calls the provider,
+// and not even it while the tax lane's own breaker is open (or probing) and none
+// of its replicas' is closed: the lane is probing the provider already, so the
+// worker's probe reads the lane's rows (lane_replicas, 0015) and fails as the
+// lane's did, and the provider sees one stream of probes, not two.
 import { once } from 'node:events'
 import pThrottle from 'p-throttle'
+import type pg from 'pg'
 import type { Pool } from 'undici'
 import { loadConfig } from '../../../shared/config.ts'
+import { laneLimits } from '../../../shared/lanes.ts'
 import { TAX_RECONCILE_ENV } from '../config.ts'
 import { createOriginPool } from '../../../shared/lane-kit/http.ts'
 import { BreakerOpenError } from '../../../shared/breaker.ts'
@@ -20,8 +26,12 @@ import { logTransition, providerBreaker } from '../breaker.ts'
 
 const SILENT: JobLog = { warn () {}, info () {} }
 
-/** The job types, with a provider client of their own per worker (3 sockets: MaxWorkers of tax-reconcile). */
-export function jobTypes (o: { log?: JobLog } = {}): JobType[] {
+/**
+ * The job types, with a provider client of their own per worker (3 sockets:
+ * MaxWorkers of tax-reconcile). `laneDb`: the worker's pool on the tax role,
+ * where the breaker's probe reads the lane's breaker.
+ */
+export function jobTypes (o: { log?: JobLog, laneDb?: () => pg.Pool | undefined } = {}): JobType[] {
   // A Pool opens no socket until the first job uses it.
   const cfg = loadConfig(TAX_RECONCILE_ENV, process.env)
   const provider: Pool = createOriginPool(cfg.TAX_PROVIDER_URL, { connections: 3, timeoutMs: 5_000 })
@@ -35,6 +45,7 @@ export function jobTypes (o: { log?: JobLog } = {}): JobType[] {
     halfOpenMaxMs: cfg.TAX_RECONCILE_PROBE_MAX_MS,
     window: { value: cfg.TAX_RECONCILE_BREAKER_WINDOW_CALLS, name: 'TAX_RECONCILE_BREAKER_WINDOW_CALLS' },
     minCalls: { value: cfg.TAX_RECONCILE_BREAKER_MIN_CALLS, name: 'TAX_RECONCILE_BREAKER_MIN_CALLS' },
+    probedElsewhere: signal => laneProbing(o.laneDb?.(), signal),
   })
   return [{
     type: JOB_NAMES.taxReconcile,
@@ -71,4 +82,18 @@ export function jobTypes (o: { log?: JobLog } = {}): JobType[] {
       }
     },
   }]
+}
+
+/**
+ * Whether a live tax lane replica's breaker is open or probing and none's is
+ * closed. No rows (a lane with a fixed share does not register, or none runs),
+ * no pool, a failed or slow read: false, and the worker probes on its own.
+ */
+async function laneProbing (db: pg.Pool | undefined, signal: AbortSignal): Promise<boolean> {
+  if (!db) return false
+  const read = db.query<{ probing: boolean }>(
+    `select coalesce(bool_or(breaker <> 'closed') and not bool_or(breaker = 'closed'), false) as probing
+     from tax.lane_replicas where breaker is not null and heartbeat_at > now() - make_interval(secs => $1 / 1000.0)`,
+    [laneLimits('tax').db.replicaTtlMs]).then(r => r.rows[0]?.probing === true, () => false)
+  return await Promise.race([read, once(signal, 'abort').then(() => false)])
 }
