@@ -156,3 +156,18 @@ t.test('the reconcile worker leaves probing to the lane while the lane\'s breake
   const pending = async () => (await db.query<{ n: number }>("select count(*)::int as n from tax.quotes where source = 'compensation' and reconciled_at is null"))[0]!.n
   t.ok(await eventually(async () => await pending() === 0, 30_000, 200), 'every quote is reconciled')
 })
+
+t.test('a replay of a quote the lane answered lately is answered from the store: the provider is not asked', async t => {
+  await fleet.setFaults({ mode: 'normal' })
+  const key = `replay-${process.pid}`
+  const body = { jurisdiction: 'DE', amount: { value: 10_000, currency: 'EUR' } }
+  const before = await providerCalls('tax')
+  const first = await fleet.post('/v1/tax/quotes', body, key)
+  t.equal(first.body.source, 'provider', 'the first is the provider\'s')
+  t.equal(await providerCalls('tax') - before, 1, 'one call')
+  // Three: the gateway lets at most 4 attempts of a key through in 10 s.
+  const replays = []
+  for (let i = 0; i < 3; i++) replays.push(await fleet.post('/v1/tax/quotes', body, key))
+  t.same(replays.map(r => [r.status, r.headers['idempotent-replayed'], r.body.id]), Array(3).fill([200, 'true', first.body.id]), 'three replays, each the stored quote')
+  t.equal(await providerCalls('tax') - before, 1, 'and still that one call')
+})

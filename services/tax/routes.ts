@@ -31,6 +31,24 @@ export interface TaxRouteOptions {
   breaker?: DependencyBreaker
 }
 
+/**
+ * Quotes this replica answered lately, by client and key, the oldest dropped
+ * past RECENT_KEYS (~1 MB): a retry of one of them is most likely a replay, so
+ * its replay lookup goes first and the provider is asked only if the key has
+ * no quote after all. A replay of a paid third party's quote costs it nothing.
+ */
+const RECENT_KEYS = 10_000
+class RecentKeys {
+  readonly #keys = new Set<string>()
+  has (k: string): boolean { return this.#keys.has(k) }
+  add (k: string): void {
+    if (this.#keys.has(k)) return
+    this.#keys.add(k)
+    if (this.#keys.size > RECENT_KEYS) this.#keys.delete(this.#keys.values().next().value!)
+  }
+}
+const recentKey = (req: FastifyRequest): string => `${clientIdOf(req)}\u0000${idempotencyKeyOf(req)}`
+
 type CompensationReason = 'saturated' | 'provider_error' | 'provider_deadline' | 'breaker_open'
 const WHY: Record<Exclude<CompensationReason, 'saturated'>, string> = {
   provider_error: 'provider failed',
@@ -44,6 +62,7 @@ export function taxRoutes (opts: TaxRouteOptions) {
   return (app: FastifyInstance, kit: LaneKit): void => {
     const breaker = opts.breaker
     if (breaker) kit.breakers.push(breaker)
+    const recent = new RecentKeys()
     // While the provider is failing, a quote of our own once a second tells the
     // lane when it is back, even if no request of a client gets that far. With a
     // breaker, its probe is that quote, and no more calls than its are made.
@@ -62,6 +81,7 @@ export function taxRoutes (opts: TaxRouteOptions) {
       }
       const record = quoteRecord(req, { source: 'compensation', rate: c.rate, tableVersion: c.tableVersion, reason: why })
       const r = exec ? await storeQuote(exec, record) : await storeShedQuote(opts.writer, record, traceOf(req))
+      recent.add(recentKey(req))
       r.headers = { ...r.headers, 'x-tax-compensation': why }
       r.outcome = 'compensated'
       annotate(req, { 'watertight.tax.compensation': why })
@@ -74,18 +94,24 @@ export function taxRoutes (opts: TaxRouteOptions) {
       const body = req.body as TaxQuoteRequest
       // The replay lookup and the provider call run at once, so a quote holds its
       // permit for the longer of the two rather than their sum; a key already
-      // answered stops the provider call and answers from the store.
+      // answered stops the provider call and answers from the store. A key this
+      // replica answered lately is looked up first, and the provider not asked.
       const stop = new AbortController()
-      const ask = (signals: AbortSignal[]) => quoteFromProvider(opts.provider, body, {
-        deadlineMs: opts.quoteDeadlineMs, signals: [exec.signal, stop.signal, ...signals], caller: { process: 'tax' }, trace: traceOf(req),
-      })
-      const asked = breaker ? breaker.call(opened => ask([opened])) : ask([])
-      asked.catch(() => {}) // awaited below, or abandoned for a replay
+      const ask = () => {
+        const call = (signals: AbortSignal[]) => quoteFromProvider(opts.provider, body, {
+          deadlineMs: opts.quoteDeadlineMs, signals: [exec.signal, stop.signal, ...signals], caller: { process: 'tax' }, trace: traceOf(req),
+        })
+        const asked = breaker ? breaker.call(opened => call([opened])) : call([])
+        asked.catch(() => {}) // awaited below, or abandoned for a replay
+        return asked
+      }
+      let asked = recent.has(recentKey(req)) ? undefined : ask()
       let seen
       try {
         seen = await exec.db.query<{ fingerprint: string, response: unknown }>('select fingerprint, response from tax.quotes where client_id = $1 and idempotency_key = $2', [client, key])
       } catch (err) { stop.abort(); throw err }
       if (seen.rows[0]) { stop.abort(); return replay({ ...seen.rows[0], status: 200 }, fingerprint(body)) }
+      asked ??= ask()
       let quote: QuoteSource
       try {
         const q = await asked
@@ -101,7 +127,9 @@ export function taxRoutes (opts: TaxRouteOptions) {
         kit.recovery.dependencyFailed('provider')
         return compensate(req, err.kind === 'deadline' ? 'provider_deadline' : 'provider_error', exec)
       }
-      return storeQuote(exec, quoteRecord(req, quote))
+      const stored = await storeQuote(exec, quoteRecord(req, quote))
+      recent.add(recentKey(req))
+      return stored
     }, (_reason, req) => compensate(req, 'saturated'))
     // An open breaker answers every quote from the table at once, without a
     // permit: the provider is not called, so there is nothing to bound.
