@@ -16,6 +16,9 @@ import { registerProcessOps } from '../../shared/process-ops.ts'
 import { rateFor } from './rates.ts'
 
 // The fault model lives in shared/ so the deck validates the same shape it forwards.
+export const Faults = SandboxFaults
+export type Faults = SandboxFaults
+
 // Who asked, from the User-Agent the fleet's callers send (services/tax/provider.ts):
 // `tax`, `tax probe`, `worker-tax`, `worker-tax probe`; anything else is `other`.
 const CALLER = /^watertight-(tax|worker-tax)( \(probe\))?$/
@@ -23,9 +26,6 @@ function callerOf (ua: unknown): string {
   const m = typeof ua === 'string' ? CALLER.exec(ua) : null
   return m ? `${m[1]}${m[2] ? ' probe' : ''}` : 'other'
 }
-
-export const Faults = SandboxFaults
-export type Faults = SandboxFaults
 
 /** The quotes asked while one setting of the faults was in force, by caller. */
 export interface FaultPeriod { faults: Faults, since: string, byCaller: Record<string, number> }
