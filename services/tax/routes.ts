@@ -91,6 +91,7 @@ export function taxRoutes (opts: TaxRouteOptions) {
     const quoteRoute = kit.admitted(async (req: FastifyRequest, exec) => {
       const client = clientIdOf(req)
       const key = idempotencyKeyOf(req)
+      const answered = `${client}\u0000${key}`
       const body = req.body as TaxQuoteRequest
       // The replay lookup and the provider call run at once, so a quote holds its
       // permit for the longer of the two rather than their sum; a key already
@@ -105,7 +106,7 @@ export function taxRoutes (opts: TaxRouteOptions) {
         asked.catch(() => {}) // awaited below, or abandoned for a replay
         return asked
       }
-      let asked = recent.has(recentKey(req)) ? undefined : ask()
+      let asked = recent.has(answered) ? undefined : ask()
       let seen
       try {
         seen = await exec.db.query<{ fingerprint: string, response: unknown }>('select fingerprint, response from tax.quotes where client_id = $1 and idempotency_key = $2', [client, key])
@@ -128,7 +129,7 @@ export function taxRoutes (opts: TaxRouteOptions) {
         return compensate(req, err.kind === 'deadline' ? 'provider_deadline' : 'provider_error', exec)
       }
       const stored = await storeQuote(exec, quoteRecord(req, quote))
-      recent.add(recentKey(req))
+      recent.add(answered)
       return stored
     }, (_reason, req) => compensate(req, 'saturated'))
     // An open breaker answers every quote from the table at once, without a

@@ -35,6 +35,8 @@ export function jobTypes (o: { log?: JobLog, laneDb?: () => pg.Pool | undefined 
   // A Pool opens no socket until the first job uses it.
   const cfg = loadConfig(TAX_RECONCILE_ENV, process.env)
   const provider: Pool = createOriginPool(cfg.TAX_PROVIDER_URL, { connections: 3, timeoutMs: 5_000 })
+  // A lane replica whose heartbeat is older no longer counts (REPLICA_TTL_MS).
+  const laneTtlMs = laneLimits('tax').db.replicaTtlMs
   // One start every 1/rate s, evenly. Every compensated quote is a job; drained as
   // fast as three workers and the CPU allow, the jobs take a large share of a
   // shared core (worker, its backends, the provider) and keep the lane they
@@ -45,7 +47,7 @@ export function jobTypes (o: { log?: JobLog, laneDb?: () => pg.Pool | undefined 
     halfOpenMaxMs: cfg.TAX_RECONCILE_PROBE_MAX_MS,
     window: { value: cfg.TAX_RECONCILE_BREAKER_WINDOW_CALLS, name: 'TAX_RECONCILE_BREAKER_WINDOW_CALLS' },
     minCalls: { value: cfg.TAX_RECONCILE_BREAKER_MIN_CALLS, name: 'TAX_RECONCILE_BREAKER_MIN_CALLS' },
-    probedElsewhere: signal => laneProbing(o.laneDb?.(), signal),
+    probedElsewhere: signal => laneProbing(o.laneDb?.(), laneTtlMs, signal),
   })
   return [{
     type: JOB_NAMES.taxReconcile,
@@ -89,11 +91,11 @@ export function jobTypes (o: { log?: JobLog, laneDb?: () => pg.Pool | undefined 
  * closed. No rows (a lane with a fixed share does not register, or none runs),
  * no pool, a failed or slow read: false, and the worker probes on its own.
  */
-async function laneProbing (db: pg.Pool | undefined, signal: AbortSignal): Promise<boolean> {
+async function laneProbing (db: pg.Pool | undefined, ttlMs: number, signal: AbortSignal): Promise<boolean> {
   if (!db) return false
   const read = db.query<{ probing: boolean }>(
     `select coalesce(bool_or(breaker <> 'closed') and not bool_or(breaker = 'closed'), false) as probing
      from tax.lane_replicas where breaker is not null and heartbeat_at > now() - make_interval(secs => $1 / 1000.0)`,
-    [laneLimits('tax').db.replicaTtlMs]).then(r => r.rows[0]?.probing === true, () => false)
+    [ttlMs]).then(r => r.rows[0]?.probing === true, () => false)
   return await Promise.race([read, once(signal, 'abort').then(() => false)])
 }
