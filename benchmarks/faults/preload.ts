@@ -63,8 +63,16 @@ function apply (): void {
 
 if (file) {
   let acked = ''
+  // One poll at a time, and the acknowledgement written whole and at once: two
+  // asynchronous writes in flight on a busy machine can land out of order, or
+  // interleave, leaving an old control acknowledged for good.
+  let polling = false
+  const seen = `${file}.seen-${process.pid}`
   const read = (): void => {
+    if (polling) return
+    polling = true
     fs.readFile(file, 'utf8', (err, text) => {
+      polling = false
       let fresh = false
       if (!err) {
         try {
@@ -73,7 +81,13 @@ if (file) {
         } catch { /* a half-written file: next poll */ }
       }
       apply()
-      if (fresh) { acked = text; fs.writeFile(`${file}.seen-${process.pid}`, text, () => {}) }
+      if (fresh) {
+        try {
+          fs.writeFileSync(`${seen}.tmp`, text)
+          fs.renameSync(`${seen}.tmp`, seen)
+          acked = text
+        } catch { /* not acknowledged: the next poll tries again */ }
+      }
     })
   }
   read()
