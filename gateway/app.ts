@@ -20,7 +20,7 @@ import { laneRoutes, type ProxyCounters } from './proxy.ts'
 import type { KeySource } from './auth.ts'
 import { replicaShare, RETRY_GUARD_DEFAULTS, retryGuard, type RetryGuardConfig, type RetryGuardOptions } from './retry-guard.ts'
 import { RedisGuardStore } from './guard-store.ts'
-import { isRehearsal, type GatewayWarmUp } from './warm-up.ts'
+import { claimRehearsals, isRehearsal, type GatewayWarmUp } from './warm-up.ts'
 
 export interface GatewayConfig {
   limits: Record<LaneName, LaneLimits>
@@ -80,7 +80,7 @@ export async function buildApp (cfg: GatewayConfig) {
   const overloaded = rateLimitFields({ name: 'gateway', quota: Object.values(upstreams).reduce((n, u) => n + u.cap, 0), windowSeconds: 1, resetSeconds: 1 })
   // The warm-up's requests are known before the gateway's shedding looks at them (warm-up.ts).
   const warmUp = cfg.warmUp
-  if (warmUp && !warmUp.done) app.addHook('onRequest', (req, _reply, done) => { warmUp.claim(req); done() })
+  if (warmUp && !warmUp.done) claimRehearsals(app, warmUp)
   await app.register(underPressure, {
     maxEventLoopDelay: cfg.maxEventLoopDelayMs ?? 500,
     maxHeapUsedBytes: cfg.maxHeapUsedBytes ?? 0,
