@@ -145,7 +145,10 @@ async function load (
  * same sends at the same rate against a bare server in this process, so its
  * first seconds (its undici pool, the open loop, the histograms) are not
  * counted against the fleet's. Left out, they cost the generator ~1.7x its
- * steady CPU in the first 5 s, on the same two cores as the fleet.
+ * steady CPU in the first 5 s, on the same two cores as the fleet. V8 goes on
+ * compiling it for several seconds: after 3 s of this, a new run's first
+ * second still cost the generator ~2.2x its steady CPU (0.22–0.25 of a core
+ * against 0.10, against a server answering in 10 ms); after 10 s, ~1.4x.
  */
 async function warmGenerator (rate: number): Promise<void> {
   const server = http.createServer((req, res) => {
@@ -154,7 +157,7 @@ async function warmGenerator (rate: number): Promise<void> {
   })
   await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve))
   try {
-    await load(`http://127.0.0.1:${(server.address() as AddressInfo).port}`, 'warm', rate, 3_000)
+    await load(`http://127.0.0.1:${(server.address() as AddressInfo).port}`, 'warm', rate, 10_000)
   } finally {
     server.closeAllConnections()
     await new Promise(resolve => server.close(resolve))
