@@ -193,7 +193,7 @@ async function proxy (
     const key = req.headers['idempotency-key']
     if (typeof key === 'string') headers['idempotency-key'] = key
     // Only the gateway's own warm-up marks a request so; a client's header of that name is never passed on.
-    if (isRehearsal(req)) headers[WARM_UP_HEADER] = '1'
+    headers[WARM_UP_HEADER] = isRehearsal(req) ? '1' : '0'
     let body: string | undefined
     if (spec.method === 'POST') { headers['content-type'] = 'application/json'; body = (req as FastifyRequest & { rawBody?: string }).rawBody ?? JSON.stringify(req.body) }
     const opts = { method: spec.method, path: req.url, headers, body }

@@ -11,7 +11,7 @@ import { AppError } from '../../shared/errors.ts'
 import { newId } from '../../shared/ids.ts'
 import type { LaneKit } from '../../shared/lane-kit/build-lane-app.ts'
 import { clientIdOf, fingerprint, idempotencyKeyOf, replay } from '../../shared/lane-kit/request-context.ts'
-import { WARM_UP_HEADER } from '../../shared/lane-kit/warm-up.ts'
+import { isWarmUpRequest } from '../../shared/lane-kit/warm-up.ts'
 import type { LaneRejectReason } from '../../shared/metrics.ts'
 import type { FairShare } from '../../shared/bulkhead.ts'
 import { fairSaturationError } from '../../shared/lane-kit/fair.ts'
@@ -29,7 +29,7 @@ export const cardAuthRoutes = (writer: AuthorizeWriter) => (app: FastifyInstance
     const body = req.body as AuthorizationRequest
     const fp = fingerprint(body)
     // The gateway's warm-up runs this path in full, and the writer rolls it back.
-    const rehearsal = req.headers[WARM_UP_HEADER] !== undefined
+    const rehearsal = isWarmUpRequest(req)
     const input: AuthorizeInput = {
       id: newId(),
       clientId: clientIdOf(req),

@@ -17,7 +17,7 @@ import { tenantOf } from './fair.ts'
 import { registerPressure } from './pressure.ts'
 import { registerOpsRoutes } from './ops-routes.ts'
 import { RecoveryWatch } from './recovery.ts'
-import { WARM_UP_HEADER, WarmUp } from './warm-up.ts'
+import { isWarmUpRequest, WarmUp } from './warm-up.ts'
 import { ReplicaShare } from './replica-share.ts'
 import { breakerMetrics, breakersState, type DependencyBreaker } from '../breaker.ts'
 import { registerHttpTracing } from '../tracing.ts'
@@ -140,7 +140,7 @@ const laneKitPlugin: FastifyPluginAsync<LaneKitOptions> = async (app, opts) => {
 
   app.addHook('onResponse', (req, reply, done) => {
     // The warm-up's own request is not traffic (warm-up.ts).
-    if (req.headers[WARM_UP_HEADER] !== undefined) { done(); return }
+    if (isWarmUpRequest(req)) { done(); return }
     const route = req.routeOptions.url ?? 'unmatched'
     const labels = { lane: limits.lane, route, status_code: String(reply.statusCode) }
     metrics.requestDuration.observe(labels, reply.elapsedTime / 1000)
