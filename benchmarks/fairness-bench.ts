@@ -15,6 +15,7 @@ import { Pool } from 'undici'
 import { Bulkhead, type Permit } from '../shared/bulkhead.ts'
 import { loadCardToken, seedLoadCards } from '../services/card-auth/seed.ts'
 import { runOpenLoop, summary, type OpenLoopResult } from './open-loop.ts'
+import { cpuBetween, cpuMark, cpuRows, type CpuPhase } from './cpu-phases.ts'
 import { pinSelf, startLocalFleet } from './local-fleet.ts'
 import { gatewayPost, gitCommit, machine, numberFlag, parseFlags, sleep } from './run-info.ts'
 
@@ -27,13 +28,15 @@ const { values: a } = parseFlags({
     // The hot merchant's cards: the 1,000 load cards (its sale costs CPU), or a few
     // (its authorizations wait on each other's card rows: it costs permits, not CPU).
     'hot-cards': { type: 'string', default: '1000' },
-    // The CPUs the fleet is pinned to (the generator takes the others); 'none': not pinned.
-    cpus: { type: 'string', default: '0' },
+    // The CPUs the fleet is pinned to (the generator takes the others); 'none': not
+    // pinned, the fleet on the machine's cores as `npm start` runs it (the issue's
+    // targets are for 2 cores). '0' leaves the fleet one core: a CPU excess.
+    cpus: { type: 'string', default: 'none' },
     // FIFO and fair alternated this many times (a noisy machine: each round is a fresh fleet of each).
     rounds: { type: 'string', default: '1' },
     only: { type: 'string' },
   },
-}, 'usage: npm run bench -- fairness [--seconds 20] [--quiet-rate 10] [--hot-rate 2400] [--tenants 10000] [--only decisions|fleet]')
+}, 'usage: npm run bench -- fairness [--seconds 20] [--quiet-rate 10] [--hot-rate 2400] [--tenants 10000] [--hot-cards 1000] [--cpus none|0|<list>] [--rounds 1] [--only decisions|fleet]')
 const seconds = numberFlag(a, 'seconds', 1, 600)
 const quietRate = numberFlag(a, 'quiet-rate', 1, 1_000)
 const hotRate = numberFlag(a, 'hot-rate', 1, 20_000)
@@ -102,7 +105,9 @@ interface Phase {
   quiet: OpenLoopResult, hot?: OpenLoopResult, quietCodes: Record<string, number>, hotCodes: Record<string, number>
 }
 
-async function fleetRun (fairBy: 'off' | 'merchant', round: number): Promise<{ alone: Phase, beside: Phase }> {
+async function fleetRun (
+  fairBy: 'off' | 'merchant', round: number
+): Promise<{ alone: Phase, beside: Phase, cpu: CpuPhase }> {
   const fleet = await startLocalFleet({
     dataDir: `.data/bench-fairness-${fairBy}`,
     basePort: fairBy === 'off' ? 18380 : 18400,
@@ -113,7 +118,6 @@ async function fleetRun (fairBy: 'off' | 'merchant', round: number): Promise<{ a
     const db = new pg.Client({ connectionString: fleet.databaseUrl })
     await db.connect()
     await seedLoadCards(db, 1_000)
-    await db.end()
     const gw = new Pool(fleet.gatewayUrl, { connections: 1024 })
     let n = 0
     const sender = (
@@ -142,6 +146,8 @@ async function fleetRun (fairBy: 'off' | 'merchant', round: number): Promise<{ a
     })
     await sleep(2_000)
     const beside: Phase = { quiet: undefined!, quietCodes: {}, hotCodes: {} }
+    // Where the CPU went beside the hot merchant: every fleet process, PostgreSQL's backends by role.
+    const before = await cpuMark(fleet.pid, db)
     const [q, h] = await Promise.all([
       runOpenLoop({
         rate: QUIET * quietRate,
@@ -150,10 +156,12 @@ async function fleetRun (fairBy: 'off' | 'merchant', round: number): Promise<{ a
       }),
       runOpenLoop({ rate: hotRate, durationMs: seconds * 1000, send: sender(() => 'm_flash', beside.hotCodes, hotCards) }),
     ])
+    const cpu = cpuBetween(before, await cpuMark(fleet.pid, db))
+    await db.end()
     beside.quiet = q
     beside.hot = h
     await gw.close()
-    return { alone, beside }
+    return { alone, beside, cpu }
   } finally {
     await fleet.stop()
   }
@@ -169,13 +177,15 @@ function row (label: string, r: OpenLoopResult, codes: Record<string, number>): 
 const decisionRows = a.only === 'fleet' ? [] : await decisionBench()
 const fleetRows: string[] = []
 const throughput: Record<string, number[]> = { FIFO: [], fair: [] }
+const cpuByRun: Record<string, CpuPhase> = {}
 if (a.only !== 'decisions') {
   if (a.cpus === '0') pinSelf('1')
   for (let round = 1; round <= rounds; round++) {
     for (const fairBy of ['off', 'merchant'] as const) {
-      const { alone, beside } = await fleetRun(fairBy, round)
+      const { alone, beside, cpu } = await fleetRun(fairBy, round)
       const mode = fairBy === 'off' ? 'FIFO' : 'fair'
       const r = rounds > 1 ? ` (round ${round})` : ''
+      cpuByRun[`${mode}${r}`] = cpu
       fleetRows.push(row(`${mode}${r}: quiet merchants alone`, alone.quiet, alone.quietCodes))
       fleetRows.push(row(`${mode}${r}: quiet merchants beside the hot one`, beside.quiet, beside.quietCodes))
       fleetRows.push(row(`${mode}${r}: the hot merchant`, beside.hot!, beside.hotCodes))
@@ -198,4 +208,7 @@ if (fleetRows.length) {
   for (const r of fleetRows) console.log(r)
   const mean = (xs: number[]): number => xs.reduce((x, y) => x + y, 0) / xs.length
   console.log(`\nauthorizations/s beside the hot merchant (201s of both classes), by round: FIFO ${throughput.FIFO!.map(x => x.toFixed(0)).join(', ')}; fair ${throughput.fair!.map(x => x.toFixed(0)).join(', ')} (fair/FIFO, means: ${(mean(throughput.fair!) / mean(throughput.FIFO!)).toFixed(3)})`)
+  const runs = Object.keys(cpuByRun)
+  console.log(`\nCPU beside the hot merchant, cores (/proc/<pid>/stat):\n\n| process | ${runs.join(' | ')} |\n|---|${runs.map(() => '---:').join('|')}|`)
+  for (const r of cpuRows(cpuByRun, runs[0]!)) console.log(`| ${r.join(' | ')} |`)
 }
