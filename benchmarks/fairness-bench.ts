@@ -114,8 +114,9 @@ async function fleetRun (
     cpus: a.cpus === 'none' ? undefined : a.cpus,
     env: { CARD_AUTH_FAIR_BY: fairBy },
   })
+  // Open for the whole run (the CPU readings find PostgreSQL's backends through it), closed on every path.
+  const db = new pg.Client({ connectionString: fleet.databaseUrl })
   try {
-    const db = new pg.Client({ connectionString: fleet.databaseUrl })
     await db.connect()
     await seedLoadCards(db, 1_000)
     const gw = new Pool(fleet.gatewayUrl, { connections: 1024 })
@@ -157,12 +158,12 @@ async function fleetRun (
       runOpenLoop({ rate: hotRate, durationMs: seconds * 1000, send: sender(() => 'm_flash', beside.hotCodes, hotCards) }),
     ])
     const cpu = cpuBetween(before, await cpuMark(fleet.pid, db))
-    await db.end()
     beside.quiet = q
     beside.hot = h
     await gw.close()
     return { alone, beside, cpu }
   } finally {
+    await db.end().catch(() => {})
     await fleet.stop()
   }
 }
