@@ -397,6 +397,23 @@ try {
       ? '1'
       : `**${(e2eOf(c) / e2eOf(columns.find(m => m.rate === c.rate && m.target === base)!)).toFixed(3)}x**`
     console.log(`| **end to end, against ${base.name}** | ${columns.map(ratio).join(' | ')} |`)
+    // Round by round: each round's ratio to the base's run in the same round, minutes
+    // apart at most. On a noisy machine a stall in one run moves the summed ratio
+    // above; the median of the paired ratios, and their spread, say how far to trust it.
+    if (rounds >= 3) {
+      const e2eRun = (t: Target, r: Run): number => endToEnd(t).reduce((x, l) => x + (r.cpu.get(l) ?? 0), 0) / r.served
+      const paired = (c: typeof columns[number]): string => {
+        if (c.target === base) return '—'
+        const own = runs.get(c.key)!
+        const theirs = runs.get(columns.find(m => m.rate === c.rate && m.target === base)!.key)!
+        const q = own.map((r, i) => e2eRun(c.target, r) / e2eRun(base, theirs[i]!)).sort((x, y) => x - y)
+        const median = q.length % 2 ? q[(q.length - 1) / 2]! : (q[q.length / 2 - 1]! + q[q.length / 2]!) / 2
+        const m = q.reduce((x, y) => x + y, 0) / q.length
+        const sd = Math.sqrt(q.reduce((x, y) => x + (y - m) ** 2, 0) / (q.length - 1))
+        return `${median.toFixed(3)}x (${m.toFixed(3)}x ± ${(sd / Math.sqrt(q.length)).toFixed(3)}, sd ${sd.toFixed(3)})`
+      }
+      console.log(`| round by round against ${base.name}: the median of the rounds' ratios (their mean ± its standard error, sd) | ${columns.map(paired).join(' | ')} |`)
+    }
   }
   if (a.tracing) console.log(`| spans exported per authorization | ${columns.map(c => c.target.spans ? per(c.key, r => r.spans).toFixed(2) : '—').join(' | ')} |`)
   for (const l of labels) console.log(`| ${l} | ${columns.map(c => `${cell(cpuOf(c.key, l))}${endToEnd(c.target).includes(l) ? ` (kernel ${cell(cpuOf(c.key, l, 'sys'))})` : ''}`).join(' | ')} |`)
