@@ -280,6 +280,8 @@ try {
     return Number(m?.[1] ?? 0)
   }
   const endToEnd = (t: Target): string[] => [t.gateway, ...t.extra, ...t.lane]
+  /** One run's end-to-end CPU µs per authorization. */
+  const e2eOfRun = (t: Target, r: Run): number => endToEnd(t).reduce((x, l) => x + (r.cpu.get(l) ?? 0), 0) / r.served
   let n = 0
   const sender = (t: Target) => async (): Promise<number> => {
     const i = ++n
@@ -357,7 +359,7 @@ try {
         }
         const key = targets.length > 1 ? `${rate}/s ${t.name}` : `${rate}/s`
         runs.set(key, [...(runs.get(key) ?? []), run])
-        const e2e = endToEnd(t).reduce((x, l) => x + (run.cpu.get(l) ?? 0), 0) / run.served
+        const e2e = e2eOfRun(t, run)
         console.log(`rate ${rate}${targets.length > 1 ? `, ${t.name}, round ${round + 1}` : ''}: sent ${r.sentRate.toFixed(0)}/s, 201 ${(100 * run.ok / r.scheduled).toFixed(1)}%, p50 ${s.p50Ms.toFixed(1)} ms, p99 ${s.p99Ms.toFixed(1)} ms, end to end ${e2e.toFixed(0)} µs/auth${t.name === 'redis' ? `, decided without Redis ${alone} of ${r.completed}` : ''}`)
       }
     }
@@ -393,20 +395,21 @@ try {
   console.log(`| **end to end: ${a.redis ? 'gateway (+ redis-server) ' : 'gateway '}+ card-auth + pg:card_auth_ds${a.tracing ? ' (each target\'s own)' : ''}** | ${columns.map(c => `**${e2eOf(c).toFixed(0)}**`).join(' | ')} |`)
   if (alternated) {
     const base = targets[0]!
-    const ratio = (c: typeof columns[number]): string => c.target === base
+    type Column = typeof columns[number]
+    const baseOf = (c: Column): Column => columns.find(m => m.rate === c.rate && m.target === base)!
+    const ratio = (c: Column): string => c.target === base
       ? '1'
-      : `**${(e2eOf(c) / e2eOf(columns.find(m => m.rate === c.rate && m.target === base)!)).toFixed(3)}x**`
+      : `**${(e2eOf(c) / e2eOf(baseOf(c))).toFixed(3)}x**`
     console.log(`| **end to end, against ${base.name}** | ${columns.map(ratio).join(' | ')} |`)
     // Round by round: each round's ratio to the base's run in the same round, minutes
     // apart at most. On a noisy machine a stall in one run moves the summed ratio
     // above; the median of the paired ratios, and their spread, say how far to trust it.
     if (rounds >= 3) {
-      const e2eRun = (t: Target, r: Run): number => endToEnd(t).reduce((x, l) => x + (r.cpu.get(l) ?? 0), 0) / r.served
-      const paired = (c: typeof columns[number]): string => {
+      const paired = (c: Column): string => {
         if (c.target === base) return '—'
         const own = runs.get(c.key)!
-        const theirs = runs.get(columns.find(m => m.rate === c.rate && m.target === base)!.key)!
-        const q = own.map((r, i) => e2eRun(c.target, r) / e2eRun(base, theirs[i]!)).sort((x, y) => x - y)
+        const theirs = runs.get(baseOf(c).key)!
+        const q = own.map((r, i) => e2eOfRun(c.target, r) / e2eOfRun(base, theirs[i]!)).sort((x, y) => x - y)
         const median = q.length % 2 ? q[(q.length - 1) / 2]! : (q[q.length / 2 - 1]! + q[q.length / 2]!) / 2
         const m = q.reduce((x, y) => x + y, 0) / q.length
         const sd = Math.sqrt(q.reduce((x, y) => x + (y - m) ** 2, 0) / (q.length - 1))
