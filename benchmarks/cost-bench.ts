@@ -60,18 +60,30 @@ const { values: a } = parseFlags({
     baseline: { type: 'string' },
     // --tracing's pairs under --cpu-prof, their profiles written here when they stop.
     'cpu-prof-dir': { type: 'string' },
+    // Seconds of the same load before each measured run, not counted. An
+    // alternated target sits idle while the others run, and its first seconds
+    // back under load cost more than its steady state (more so the longer it
+    // sat): the lead-in's own figure is printed on each round's line.
+    'lead-in': { type: 'string', default: '0' },
+    // --tracing: every round starts each pair anew (and warms it up). Two
+    // processes started alike can differ by several percent in CPU per request
+    // for as long as they run, so one process per pair measures that process as
+    // much as what it traces; a new one per round samples it.
+    fresh: { type: 'boolean', default: false },
   }
 })
 const rates = a.rates!.split(',').map(Number)
 const seconds = numberFlag(a, 'seconds', 1, 3_600)
 const rounds = numberFlag(a, 'rounds', 1, 20)
+const leadIn = numberFlag(a, 'lead-in', 0, 600)
 if (a.redis && a.tracing) { console.error('cost: --redis or --tracing, not both'); process.exit(2) }
 const alternated = a.redis || a.tracing
 const ratios = a.ratios!.split(',').map(r => r === 'off' || r === 'base' ? r as 'off' | 'base' : Number(r))
 if (a.tracing && (ratios.length < 2 || ratios.some(r => typeof r === 'number' && !(r >= 0 && r <= 1)))) { console.error('cost: --ratios takes two or more of off, base or a sampling ratio from 0 to 1, comma-separated'); process.exit(2) }
+if (a.fresh && !a.tracing) { console.error('cost: --fresh goes with --tracing'); process.exit(2) }
 if (ratios.includes('base') !== (a.baseline !== undefined)) { console.error('cost: --ratios base and --baseline <checkout> go together'); process.exit(2) }
 if (a.baseline && !fs.existsSync(path.join(a.baseline, 'dist/services/main.js'))) { console.error(`cost: --baseline ${a.baseline}: no dist/services/main.js there (build that checkout first)`); process.exit(2) }
-const command = `npm run bench -- cost --rates ${a.rates} --seconds ${seconds}${a.redis ? ` --redis --rounds ${rounds}` : ''}${a.tracing ? ` --tracing --rounds ${rounds}${a.ratios !== 'off,0.01,1' ? ` --ratios ${a.ratios}` : ''}${a.baseline ? ` --baseline ${a.baseline}` : ''}${a['cpu-prof-dir'] ? ` --cpu-prof-dir ${a['cpu-prof-dir']}` : ''}` : ''}${a.rows !== '200000' ? ` --rows ${a.rows}` : ''}${a['fleet-cpus'] ? ` --fleet-cpus ${a['fleet-cpus']}` : ''}${a['generator-cpus'] ? ` --generator-cpus ${a['generator-cpus']}` : ''}`
+const command = `npm run bench -- cost --rates ${a.rates} --seconds ${seconds}${a.redis ? ` --redis --rounds ${rounds}` : ''}${a.tracing ? ` --tracing --rounds ${rounds}${a.ratios !== 'off,0.01,1' ? ` --ratios ${a.ratios}` : ''}${a.baseline ? ` --baseline ${a.baseline}` : ''}${a['cpu-prof-dir'] ? ` --cpu-prof-dir ${a['cpu-prof-dir']}` : ''}` : ''}${a.rows !== '200000' ? ` --rows ${a.rows}` : ''}${a['fleet-cpus'] ? ` --fleet-cpus ${a['fleet-cpus']}` : ''}${a['generator-cpus'] ? ` --generator-cpus ${a['generator-cpus']}` : ''}${leadIn ? ` --lead-in ${leadIn}` : ''}${a.fresh ? ' --fresh' : ''}`
 const LANE_SIDE = ['card-auth', 'pg:card_auth_ds']
 
 // An OTLP/HTTP sink: answers every export at once and counts the spans in it.
@@ -153,6 +165,8 @@ try {
     pool: Pool
     /** Spans its sink has received so far (a traced target). */
     spans?: () => Promise<number>
+    /** Stops its own processes (a traced pair), for --fresh. */
+    stop?: () => Promise<void>
   }
   const targets: Target[] = [{
     name: 'memory',
@@ -209,6 +223,7 @@ try {
   ): Promise<Target> {
     const sinkPort = o.basePort
     const sink = spawn(process.execPath, ['-e', SINK, String(sinkPort)], { stdio: 'ignore' })
+    const mine: ChildProcess[] = [sink]
     extra.push(sink)
     names[sink.pid!] = `otlp-sink ${o.name}`
     const otel = {
@@ -236,6 +251,7 @@ try {
       // A profile's file is named by its pid.
       if (prof.length) console.log(`${label}: pid ${p.pid}`)
       extra.push(p)
+      mine.push(p)
       names[p.pid!] = label
       os.setPriority(p.pid!, os.getPriority(pid))
       return p
@@ -257,8 +273,21 @@ try {
       lane: [`card-auth ${o.name}`, 'pg:card_auth_ds'],
       pool: new Pool(url, { connections: 256 }),
       spans: async () => Number(await (await fetch(`http://127.0.0.1:${sinkPort}/`)).text()),
+      // Gateway first, then card-auth (its pool and heartbeat released), then the sink; each waited for.
+      stop: async () => {
+        for (const p of mine.reverse()) {
+          if (p.exitCode === null && p.signalCode === null) {
+            const gone = new Promise(resolve => p.once('exit', resolve))
+            p.kill('SIGTERM')
+            await gone
+          }
+          extra.splice(extra.indexOf(p), 1)
+          delete names[p.pid!]
+        }
+      },
     }
   }
+  const pairs: Array<Parameters<typeof tracedPipeline>[0]> = []
   if (a.tracing) {
     const own = await fleetProcesses(fleet.pid, db)
     const pidOf = (label: string): number => [...own].find(([, l]) => l === label)![0]
@@ -268,7 +297,8 @@ try {
       const twin = ratios.slice(0, k).filter(r => r === ratio).length
       const name = twin ? `${base} ${String.fromCharCode(97 + twin)}` : base
       const pair = { name, ratio, basePort: basePort + 30 + 4 * k, gatewayPid: pidOf('gateway'), cardAuthPid: pidOf('card-auth') }
-      targets.push(await tracedPipeline(ratio === 'base' ? { ...pair, checkout: a.baseline! } : pair))
+      pairs.push(ratio === 'base' ? { ...pair, checkout: a.baseline! } : pair)
+      targets.push(await tracedPipeline(pairs.at(-1)!))
     }
     await targets.shift()!.pool.close()
   }
@@ -294,7 +324,14 @@ try {
     return r.statusCode
   }
   // warm-up (JIT, pools)
-  for (const t of targets) await runOpenLoop({ rate: Math.min(...rates), durationMs: 3_000, send: sender(t) })
+  const warmUp = (t: Target) => runOpenLoop({ rate: Math.min(...rates), durationMs: 3_000, send: sender(t) })
+  for (const t of targets) await warmUp(t)
+  /** --fresh: each pair stopped and started again, then warmed up. Columns find a pair by its labels, which stay. */
+  const restartPairs = async (): Promise<void> => {
+    for (const t of targets) { await t.pool.close(); await t.stop!() }
+    for (const [k, pair] of pairs.entries()) targets[k] = await tracedPipeline(pair)
+    for (const t of targets) await warmUp(t)
+  }
 
   interface Run {
     alone: number
@@ -321,11 +358,19 @@ try {
   }
   for (const rate of rates) {
     for (let round = 0; round < (alternated ? rounds : 1); round++) {
+      if (a.fresh && (round > 0 || rate !== rates[0])) await restartPairs()
       // Each round starts one target further on: none always runs first, or always after the same one.
       for (const t of [...targets.slice(round % targets.length), ...targets.slice(0, round % targets.length)]) {
         await sleep(2_000)
         const procs = await fleetProcesses(fleet.pid, db, names)
         for (const [pid, label] of Object.entries(names)) procs.set(Number(pid), label)
+        let lead = ''
+        if (leadIn) {
+          const cpu0 = cpuByPid(procs)
+          const l = await runOpenLoop({ rate, durationMs: leadIn * 1000, send: sender(t) })
+          const cpu = cpuDeltaByLabel(procs, cpu0, cpuByPid(procs))
+          lead = `, lead-in ${(endToEnd(t).reduce((x, k) => x + (cpu.get(k) ?? 0), 0) / l.completed).toFixed(0)} µs/auth (not counted)`
+        }
         const before = cpuByPid(procs)
         const sys0 = cpuByPid(procs, 'system')
         const gen0 = cpuUs(process.pid)!
@@ -360,7 +405,7 @@ try {
         const key = targets.length > 1 ? `${rate}/s ${t.name}` : `${rate}/s`
         runs.set(key, [...(runs.get(key) ?? []), run])
         const e2e = e2eOfRun(t, run)
-        console.log(`rate ${rate}${targets.length > 1 ? `, ${t.name}, round ${round + 1}` : ''}: sent ${r.sentRate.toFixed(0)}/s, 201 ${(100 * run.ok / r.scheduled).toFixed(1)}%, p50 ${s.p50Ms.toFixed(1)} ms, p99 ${s.p99Ms.toFixed(1)} ms, end to end ${e2e.toFixed(0)} µs/auth${t.name === 'redis' ? `, decided without Redis ${alone} of ${r.completed}` : ''}`)
+        console.log(`rate ${rate}${targets.length > 1 ? `, ${t.name}, round ${round + 1}` : ''}: sent ${r.sentRate.toFixed(0)}/s, 201 ${(100 * run.ok / r.scheduled).toFixed(1)}%, p50 ${s.p50Ms.toFixed(1)} ms, p99 ${s.p99Ms.toFixed(1)} ms, end to end ${e2e.toFixed(0)} µs/auth${lead}${t.name === 'redis' ? `, decided without Redis ${alone} of ${r.completed}` : ''}`)
       }
     }
   }
@@ -388,13 +433,14 @@ try {
   }
   console.log(`\n${command}`)
   console.log(`${new Date().toISOString()}, commit ${gitCommit()}, ${machine({ kernel: true })}; fleet cpus ${fleet.pinned ?? 'all'}, generator cpus ${a['generator-cpus'] ?? 'all'}`)
-  const alternation = alternated ? `; ${targets.map(t => t.name).join(', ')} alternated, ${rounds} rounds of ${seconds} s each, summed` : ''
+  const alternation = alternated ? `; ${targets.map(t => t.name).join(', ')} alternated, ${rounds} rounds of ${seconds} s each${leadIn ? ` (each after ${leadIn} s of the same load, not counted)` : ''}${a.fresh ? ', every pair started anew and warmed up for each round' : ''}, summed` : ''
   console.log(`POST /v1/authorizations through the gateway, open loop; CPU from /proc/<pid>/stat (utime+stime) over each run, divided by the answers${alternation}; ${tableNote}.\n`)
   console.log(`| CPU µs per authorization | ${columns.map(c => c.key).join(' | ')} |`)
   console.log(`|---|${columns.map(() => '---:').join('|')}|`)
   console.log(`| **end to end: ${a.redis ? 'gateway (+ redis-server) ' : 'gateway '}+ card-auth + pg:card_auth_ds${a.tracing ? ' (each target\'s own)' : ''}** | ${columns.map(c => `**${e2eOf(c).toFixed(0)}**`).join(' | ')} |`)
   if (alternated) {
-    const base = targets[0]!
+    // The columns keep the targets as they first started (--fresh replaces them; their labels stay).
+    const base = columns[0]!.target
     type Column = typeof columns[number]
     const baseOf = (c: Column): Column => columns.find(m => m.rate === c.rate && m.target === base)!
     const ratio = (c: Column): string => c.target === base
