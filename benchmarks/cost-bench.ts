@@ -310,8 +310,11 @@ try {
     return Number(m?.[1] ?? 0)
   }
   const endToEnd = (t: Target): string[] => [t.gateway, ...t.extra, ...t.lane]
+  /** End-to-end CPU µs per authorization from CPU by label over `served` answers. */
+  const e2ePer = (t: Target, cpu: Map<string, number>, served: number): number =>
+    endToEnd(t).reduce((x, l) => x + (cpu.get(l) ?? 0), 0) / served
   /** One run's end-to-end CPU µs per authorization. */
-  const e2eOfRun = (t: Target, r: Run): number => endToEnd(t).reduce((x, l) => x + (r.cpu.get(l) ?? 0), 0) / r.served
+  const e2eOfRun = (t: Target, r: Run): number => e2ePer(t, r.cpu, r.served)
   let n = 0
   const sender = (t: Target) => async (): Promise<number> => {
     const i = ++n
@@ -368,8 +371,7 @@ try {
         if (leadIn) {
           const cpu0 = cpuByPid(procs)
           const l = await runOpenLoop({ rate, durationMs: leadIn * 1000, send: sender(t) })
-          const cpu = cpuDeltaByLabel(procs, cpu0, cpuByPid(procs))
-          lead = `, lead-in ${(endToEnd(t).reduce((x, k) => x + (cpu.get(k) ?? 0), 0) / l.completed).toFixed(0)} µs/auth (not counted)`
+          lead = `, lead-in ${e2ePer(t, cpuDeltaByLabel(procs, cpu0, cpuByPid(procs)), l.completed).toFixed(0)} µs/auth (not counted)`
         }
         const before = cpuByPid(procs)
         const sys0 = cpuByPid(procs, 'system')
