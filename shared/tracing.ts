@@ -62,8 +62,10 @@ export async function stopTracing (): Promise<void> {
   await i?.shutdown().catch(() => {})
 }
 
-// Health, status and metrics are polled every second: never traced.
+// Health, status and metrics are polled every second: never traced. The API's
+// paths (/v1/...) are told apart by their second character before any pattern.
 const OPS_PATH = /^\/(health\/|metrics|status)/
+const traced = (url: string): boolean => url.charCodeAt(1) === 118 || !OPS_PATH.test(url)
 const REQUEST_CONTEXT = Symbol('watertight.traceContext')
 const REQUEST_SPAN = Symbol('watertight.requestSpan')
 type Traced = FastifyRequest & { [REQUEST_CONTEXT]?: Context, [REQUEST_SPAN]?: Span }
@@ -87,7 +89,7 @@ export function registerHttpTracing (app: FastifyInstance): void {
   app.decorateRequest(REQUEST_CONTEXT as unknown as string, undefined)
   app.decorateRequest(REQUEST_SPAN as unknown as string, undefined)
   app.addHook('onRequest', (req, _reply, done) => {
-    if (!OPS_PATH.test(req.url)) requestTrace(req as Traced)
+    if (traced(req.url)) requestTrace(req as Traced)
     done()
   })
   app.addHook('onError', (req, _reply, err, done) => { failed((req as Traced)[REQUEST_SPAN], err); done() })
@@ -121,14 +123,14 @@ function requestTrace (req: Traced): void {
     parent = propagation.extract(ROOT_CONTEXT, req.headers)
     span = tracer().startSpan('request', requestSpanOptions(req), parent)
   } else {
-    const traceId = sdk.traceId()
-    if (!sdk.samples(traceId, 'request')) {
-      req[REQUEST_CONTEXT] = new Unsampled(`00-${traceId}-${sdk.spanId()}-00`, undefined)
+    const root = sdk.newTrace()
+    if (!root.sampled) {
+      req[REQUEST_CONTEXT] = new Unsampled(root.traceparent, undefined)
       return
     }
     const distrusted = callerSpanContext(req)
     const links = distrusted ? [{ context: distrusted, attributes: { 'watertight.link': 'caller' } }] : []
-    span = sdk.startRoot(traceId, 'request', { ...requestSpanOptions(req), links })
+    span = sdk.startRoot(root.traceId, 'request', { ...requestSpanOptions(req), links })
   }
   req[REQUEST_SPAN] = span
   req[REQUEST_CONTEXT] = trace.setSpan(parent, span)
@@ -154,12 +156,33 @@ const TRACEPARENT = /^[ \t]*([\da-f]{2})-([\da-f]{32})-([\da-f]{16})-([\da-f]{2}
 const ZERO_TRACE = '0'.repeat(32)
 const ZERO_SPAN = '0'.repeat(16)
 
-/** A traceparent header's trace, as version 00 (how it is passed on); undefined when absent or malformed. */
-function parseTraceparent (h: unknown): { traceparent: string, sampled: boolean } | undefined {
+/**
+ * A traceparent header's trace, as version 00 (how it is passed on); undefined
+ * when absent or malformed. Exported for its test.
+ */
+export function parseTraceparent (h: unknown): { traceparent: string, sampled: boolean } | undefined {
   if (typeof h !== 'string') return undefined
+  if (h.length === 55) return exactTraceparent(h)
   const m = TRACEPARENT.exec(h)
   if (!m || m[1] === 'ff' || m[2] === ZERO_TRACE || m[3] === ZERO_SPAN || (m[1] === '00' && m[5] !== undefined)) return undefined
   return { traceparent: `00-${m[2]}-${m[3]}-${m[4]}`, sampled: (parseInt(m[4]!, 16) & TraceFlags.SAMPLED) !== 0 }
+}
+
+// The form every hop of the fleet sends, 55 characters: at that length the
+// regex above can only match without blanks or a fifth field, so this one
+// accepts exactly what it does (its test holds the two together), and the
+// match needs no parts: it is the traceparent passed on.
+const EXACT_TRACEPARENT = /^[\da-f]{2}-[\da-f]{32}-[\da-f]{16}-[\da-f]{2}$/
+
+// parseTraceparent was ~0.8% of card-auth's CPU at 1% in its profile; in a loop,
+// this form takes two thirds of the capturing match and the string built from its parts.
+function exactTraceparent (h: string): { traceparent: string, sampled: boolean } | undefined {
+  if (!EXACT_TRACEPARENT.test(h) || h.startsWith('ff') || h.startsWith(ZERO_TRACE, 3) || h.startsWith(ZERO_SPAN, 36)) return undefined
+  const flags = h.charCodeAt(54)
+  return {
+    traceparent: h.startsWith('00') ? h : `00${h.slice(2)}`,
+    sampled: ((flags <= 57 ? flags - 48 : flags - 87) & TraceFlags.SAMPLED) !== 0,
+  }
 }
 
 // W3C allows a tracestate of 512 characters to be cut; one longer is dropped whole.
@@ -318,7 +341,11 @@ export function clientSpan (
   name: string, attributes: Attributes, headers: Record<string, string>, parent: Context | undefined
 ): Span | undefined {
   if (!installed || parent === undefined) return undefined
-  if (parent instanceof Unsampled) { Object.assign(headers, parent.carrier()); return undefined }
+  if (parent instanceof Unsampled) {
+    headers.traceparent = parent.traceparent
+    if (parent.tracestate) headers.tracestate = parent.tracestate
+    return undefined
+  }
   if (!recordable(parent)) { propagation.inject(parent, headers); return undefined }
   const span = tracer().startSpan(name, { kind: SpanKind.CLIENT, attributes }, parent)
   propagation.inject(trace.setSpan(parent, span), headers)
