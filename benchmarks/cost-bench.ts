@@ -281,7 +281,8 @@ try {
             p.kill('SIGTERM')
             await gone
           }
-          extra.splice(extra.indexOf(p), 1)
+          const at = extra.indexOf(p)
+          if (at >= 0) extra.splice(at, 1)
           delete names[p.pid!]
         }
       },

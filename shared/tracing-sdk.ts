@@ -15,10 +15,15 @@ import {
 import { ROOT_CONTEXT, type Span, type SpanOptions } from '@opentelemetry/api'
 import type { SamplerName, TracingConfig } from './tracing.ts'
 
+/** What a sampler decides a new trace by: its name without `parentbased_`. */
+const rootOf = (name: SamplerName): 'always_on' | 'always_off' | 'traceidratio' =>
+  name.endsWith('always_on') ? 'always_on' : name.endsWith('always_off') ? 'always_off' : 'traceidratio'
+
 export function sampler (name: SamplerName, ratio: number): Sampler {
-  const root = name.endsWith('always_on')
+  const kind = rootOf(name)
+  const root = kind === 'always_on'
     ? new AlwaysOnSampler()
-    : name.endsWith('always_off') ? new AlwaysOffSampler() : new TraceIdRatioBasedSampler(ratio)
+    : kind === 'always_off' ? new AlwaysOffSampler() : new TraceIdRatioBasedSampler(ratio)
   return name.startsWith('parentbased_') ? new ParentBasedSampler({ root }) : root
 }
 
@@ -29,9 +34,9 @@ export function sampler (name: SamplerName, ratio: number): Sampler {
  * the ratio's share of 2^32. A test holds it to the SDK's own decision.
  */
 export function rootDecision (name: SamplerName, ratio: number): (b: Buffer, at: number) => boolean {
-  const root = name.replace(/^parentbased_/, '')
-  if (root === 'always_on') return () => true
-  if (root === 'always_off') return () => false
+  const kind = rootOf(name)
+  if (kind === 'always_on') return () => true
+  if (kind === 'always_off') return () => false
   const r = Number.isNaN(ratio) || ratio <= 0 ? 0 : Math.min(ratio, 1)
   const bound = r === 1 ? 0x100000000 : Math.floor(r * 0xffffffff)
   return (b, at) =>
